@@ -1,0 +1,24 @@
+"""shmcoll: collective operations between processes of one machine over shared memory.
+
+    import numpy as np, shmcoll
+
+    def work(comm):
+        x = np.arange(10, dtype=np.float32) * (comm.rank + 1)
+        return float(comm.allreduce(x).sum())
+
+    if __name__ == "__main__":
+        print(shmcoll.launch(work, nprocs=4))
+"""
+from shmcoll.communicator import Communicator, init
+from shmcoll.errors import (ClosedError, CommunicatorBrokenError, JobAbortedError, LaunchError,
+                            PeerLostError, SegmentError, ShmcollError, TimeoutError)
+from shmcoll.launch import launch
+from shmcoll.ops import ReduceOp
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "launch", "init", "Communicator", "ReduceOp", "ShmcollError", "TimeoutError",
+    "PeerLostError", "JobAbortedError", "CommunicatorBrokenError", "ClosedError",
+    "SegmentError", "LaunchError", "__version__",
+]

@@ -1,0 +1,134 @@
+"""Communicator: argument checking and dispatch to the engine; no data loops here."""
+import os
+
+from shmcoll import _engine, segment, selector
+from shmcoll.config import EngineParams, get
+from shmcoll.errors import ClosedError, SegmentError
+from shmcoll.ops import OP_CODES, op_code
+
+
+class Communicator:
+    """A group of `world_size` ranks on this machine sharing one segment.
+
+    Collectives must be called by every rank in the same order with matching
+    arguments.  After a collective raises (timeout, lost peer) the communicator is
+    unusable: its channels are mid-stream.  Inputs that are not C-contiguous are
+    copied; ``out`` must be a C-contiguous, writeable array of the result's shape
+    and dtype, and ``out=x`` (allreduce) works in place.
+    """
+
+    def __init__(self, engine):
+        self._engine = engine
+        self.rank = engine.rank
+        self.world_size = engine.world_size
+
+    # -- collectives -------------------------------------------------------
+    def allreduce(self, x, out=None, op="sum", algo=None):
+        """Reduce x over all ranks; every rank gets the result (same shape and dtype)."""
+        code = OP_CODES.get(op)
+        if code is None:
+            code = op_code(op)
+        if algo is not None:
+            selector.choose("allreduce", self.world_size, 0, algo)
+        return self._engine.allreduce(x, out, code)
+
+    def reduce_scatter(self, x, out=None, op="sum", algo=None):
+        """Reduce x over all ranks; rank r gets rows [r*m, (r+1)*m) of the result,
+        where m = x.shape[0] // world_size (x.shape[0] must be divisible)."""
+        code = OP_CODES.get(op)
+        if code is None:
+            code = op_code(op)
+        if algo is not None:
+            selector.choose("reduce_scatter", self.world_size, 0, algo)
+        return self._engine.reduce_scatter(x, out, code)
+
+    def allgather(self, x, out=None, algo=None):
+        """Every rank gets the stack of all ranks' x: shape (world_size, *x.shape)."""
+        if algo is not None:
+            selector.choose("allgather", self.world_size, 0, algo)
+        return self._engine.allgather(x, out)
+
+    def barrier(self):
+        """Return once every rank has entered the barrier."""
+        self._engine.barrier()
+
+    # -- lifecycle ---------------------------------------------------------
+    @property
+    def closed(self):
+        return self._engine.closed
+
+    def close(self):
+        """Leave the job.  Peers still waiting for this rank get PeerLostError."""
+        self._engine.close(failed=False)
+
+    def _fail(self):
+        """Leave the job because this rank failed: peers stop waiting for it."""
+        self._engine.close(failed=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self._fail()
+        return False
+
+    def __repr__(self):
+        state = "closed" if self.closed else "open"
+        return f"<shmcoll.Communicator rank {self.rank} of {self.world_size}, {state}>"
+
+
+def _join(seg, name, rank, world, token, params):
+    """Attach to a mapped segment, wait for every rank, then unlink the name."""
+    engine = _engine.Engine(seg, rank, world, token, params)
+    try:
+        if engine.completed_attach:
+            segment.unlink(name)
+        engine.wait_attached()
+    except BaseException:
+        engine.close(failed=True)
+        segment.unlink(name)
+        raise
+    return Communicator(engine)
+
+
+def attach(name, rank, world, token, params):
+    """Launch mode: the segment already exists (created by the launcher)."""
+    seg = segment.open_existing(name)
+    if seg is None:
+        raise SegmentError(f"the job's shared segment {name} does not exist")
+    return _join(seg, name, rank, world, token, params)
+
+
+def init(rank=None, world_size=None, job=None, timeout=None):
+    """Join a job by name, for processes started by anything else.
+
+    Defaults come from SHMCOLL_RANK, SHMCOLL_WORLD_SIZE and SHMCOLL_JOB.  All
+    processes passing the same job name form one communicator; rank 0 creates the
+    shared segment and the others wait for it (up to the timeout).
+    """
+    rank = get("SHMCOLL_RANK") if rank is None else rank
+    world_size = get("SHMCOLL_WORLD_SIZE") if world_size is None else world_size
+    job = get("SHMCOLL_JOB") if job is None else job
+    if rank is None or world_size is None or job is None:
+        raise ValueError("init() needs rank, world_size and job (or SHMCOLL_RANK, "
+                         "SHMCOLL_WORLD_SIZE and SHMCOLL_JOB)")
+    rank, world_size, job = int(rank), int(world_size), str(job)
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1, got {world_size}")
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
+    if not job:
+        raise ValueError("job name must not be empty")
+    params = EngineParams.from_env(timeout)
+    name, token = segment.job_identity(job)
+    if rank == 0:
+        seg = segment.create_for_job(name, world_size, params, token)
+    else:
+        seg = segment.wait_for_job(name, params.timeout)
+        if seg.world() != world_size:
+            raise SegmentError(f"job {job!r} was created for world size {seg.world()}, "
+                               f"but rank {rank} passed world_size={world_size}")
+    return _join(seg, name, rank, world_size, token, params)

@@ -1,0 +1,79 @@
+"""Every SHMCOLL_* environment variable, declared once: name, type, default, doc.
+
+``shmcoll info`` prints this table with the values in force.  This module has no
+dependencies so that setup.py can read the build-time settings from it too.
+"""
+import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    type: type
+    default: object
+    doc: str
+
+    def value(self, environ=None):
+        raw = (os.environ if environ is None else environ).get(self.name)
+        if raw is None or raw == "":
+            return self.default
+        try:
+            if self.type is bool:
+                return raw.strip().lower() in ("1", "true", "yes", "on")
+            return self.type(raw)
+        except ValueError:
+            raise ValueError(f"{self.name}={raw!r} is not a valid {self.type.__name__}") from None
+
+
+SETTINGS = {s.name: s for s in (
+    Setting("SHMCOLL_TIMEOUT", float, 300.0,
+            "Seconds any wait for a peer may last before shmcoll.TimeoutError."),
+    Setting("SHMCOLL_SPIN_US", float, 50.0,
+            "Microseconds a waiting rank busy-polls before it starts yielding its core."),
+    Setting("SHMCOLL_YIELD_US", float, 2000.0,
+            "Microseconds of sched_yield() polling after spinning, before sleeping on a futex."),
+    Setting("SHMCOLL_SLOT_BYTES", int, 64 << 10,
+            "Bytes per ring-buffer slot: the pipelining chunk of the ring algorithms."),
+    Setting("SHMCOLL_SLOTS", int, 4,
+            "Slots per channel (>= 2); a channel holds SLOTS x SLOT_BYTES."),
+    Setting("SHMCOLL_RANK", int, None, "Join mode: this process's rank (shmcoll.init)."),
+    Setting("SHMCOLL_WORLD_SIZE", int, None, "Join mode: number of ranks (shmcoll.init)."),
+    Setting("SHMCOLL_JOB", str, None,
+            "Join mode: job name; processes passing the same name form one communicator."),
+    Setting("SHMCOLL_BUILD_DEBUG", bool, False,
+            "Build time: compile the C engine with -O0 -g and assertions instead of -O3."),
+)}
+
+
+def get(name, environ=None):
+    """The value of a declared setting, from the environment or its default."""
+    return SETTINGS[name].value(environ)
+
+
+@dataclass(frozen=True)
+class EngineParams:
+    """The engine parameters a communicator is created with."""
+    timeout: float
+    spin_us: float
+    yield_us: float
+    slot_bytes: int
+    nslots: int
+
+    @classmethod
+    def from_env(cls, timeout=None):
+        params = cls(timeout=float(get("SHMCOLL_TIMEOUT") if timeout is None else timeout),
+                     spin_us=get("SHMCOLL_SPIN_US"), yield_us=get("SHMCOLL_YIELD_US"),
+                     slot_bytes=get("SHMCOLL_SLOT_BYTES"), nslots=get("SHMCOLL_SLOTS"))
+        params.validate()
+        return params
+
+    def validate(self):
+        if not self.timeout > 0:
+            raise ValueError(f"timeout must be positive, got {self.timeout}")
+        if self.slot_bytes < 64 or self.slot_bytes % 64:
+            raise ValueError(f"SHMCOLL_SLOT_BYTES must be a multiple of 64, got {self.slot_bytes}")
+        if self.nslots < 2:
+            raise ValueError(f"SHMCOLL_SLOTS must be at least 2, got {self.nslots}")
+        if self.spin_us < 0 or self.yield_us < 0:
+            raise ValueError("SHMCOLL_SPIN_US and SHMCOLL_YIELD_US must be >= 0")

@@ -1,0 +1,273 @@
+/* Segment layout, attach/detach, barrier and the SPSC channel primitives.
+ *
+ *   [0, 4096)                header
+ *   ranks                    world x sc_rank_block
+ *   channels                 world x world x sc_channel   (src * world + dst)
+ *   slots (page aligned)     world x world x nslots x slot_bytes
+ *
+ * Slot pages are only touched for the channels an algorithm uses, so the
+ * all-pairs table costs address space, not memory. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sc_internal.h"
+
+static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+size_t sc_off_ranks(void) { return round_up(sizeof(sc_header), SC_PAGE); }
+
+size_t sc_off_channels(int world)
+{
+    return round_up(sc_off_ranks() + (size_t)world * sizeof(sc_rank_block), SC_LINE);
+}
+
+size_t sc_off_slots(int world)
+{
+    return round_up(sc_off_channels(world) + (size_t)world * world * sizeof(sc_channel), SC_PAGE);
+}
+
+size_t sc_channel_bytes(uint64_t slot_bytes, uint32_t nslots)
+{
+    return round_up((size_t)slot_bytes * nslots, SC_PAGE);
+}
+
+size_t sc_segment_size(int world, const sc_params *p)
+{
+    return sc_off_slots(world) + (size_t)world * world * sc_channel_bytes(p->slot_bytes, p->nslots);
+}
+
+void *sc_map(int fd, size_t size, int *err)
+{
+    struct stat st;
+    *err = 0;
+    if (fstat(fd, &st) != 0) {
+        *err = errno;
+        return NULL;
+    }
+    /* Refuse segments another user could have planted or can read. */
+    if (st.st_uid != geteuid() || (st.st_mode & 077) != 0) {
+        *err = EPERM;
+        return NULL;
+    }
+    if ((size_t)st.st_size < size) {
+        *err = EINVAL;
+        return NULL;
+    }
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        *err = errno;
+        return NULL;
+    }
+    return p;
+}
+
+void sc_unmap(void *base, size_t size)
+{
+    if (base)
+        munmap(base, size);
+}
+
+int sc_format(void *base, size_t size, int world, const sc_params *p, uint64_t token, int creator_pid)
+{
+    if (world < 1 || world > SC_MAX_WORLD || p->nslots < 2 || p->slot_bytes < 64 ||
+        p->slot_bytes % 64 != 0 || size < sc_segment_size(world, p))
+        return SC_EINVAL;
+    sc_header *h = base;
+    memset(base, 0, sc_off_slots(world));
+    h->version = SC_LAYOUT_VERSION;
+    h->world = (uint32_t)world;
+    h->size = size;
+    h->token = token;
+    h->slot_bytes = p->slot_bytes;
+    h->nslots = p->nslots;
+    h->creator_pid = creator_pid;
+    /* The magic goes last: an attacher that sees it sees a complete header. */
+    atomic_store_explicit((_Atomic uint64_t *)&h->magic, SC_MAGIC, memory_order_release);
+    return SC_OK;
+}
+
+static const sc_header *valid_header(const void *base, size_t size)
+{
+    const sc_header *h = base;
+    if (!base || size < sizeof(sc_header))
+        return NULL;
+    if (atomic_load_explicit((_Atomic uint64_t *)&h->magic, memory_order_acquire) != SC_MAGIC)
+        return NULL;
+    if (h->version != SC_LAYOUT_VERSION || h->world < 1 || h->world > SC_MAX_WORLD || h->size > size)
+        return NULL;
+    return h;
+}
+
+int sc_segment_world(const void *base, size_t size)
+{
+    const sc_header *h = valid_header(base, size);
+    return h ? (int)h->world : -1;
+}
+
+int sc_segment_creator(const void *base, size_t size)
+{
+    const sc_header *h = valid_header(base, size);
+    return h ? h->creator_pid : -1;
+}
+
+static void init_endpoints(sc_comm *c)
+{
+    size_t chan_bytes = sc_channel_bytes(c->slot_bytes, c->nslots);
+    sc_channel *chans = (sc_channel *)(c->base + sc_off_channels(c->world));
+    char *slots = c->base + sc_off_slots(c->world);
+    for (int peer = 0; peer < c->world; peer++) {
+        size_t out_idx = (size_t)c->rank * c->world + peer;
+        size_t in_idx = (size_t)peer * c->world + c->rank;
+        c->send[peer] = (sc_endpoint){ &chans[out_idx], slots + out_idx * chan_bytes, 0, 0, peer };
+        c->recv[peer] = (sc_endpoint){ &chans[in_idx], slots + in_idx * chan_bytes, 0, 0, peer };
+    }
+}
+
+sc_comm *sc_attach(void *base, size_t size, int rank, int world, uint64_t token,
+                   const sc_params *wait, int *status, int *last)
+{
+    const sc_header *h = valid_header(base, size);
+    *last = 0;
+    if (!h || h->token != token || (size_t)h->size != size || sc_segment_size(world, &(sc_params){
+            .slot_bytes = h->slot_bytes, .nslots = h->nslots}) > size) {
+        *status = SC_ELAYOUT;
+        return NULL;
+    }
+    if ((int)h->world != world || rank < 0 || rank >= world) {
+        *status = SC_EINVAL;
+        return NULL;
+    }
+    sc_comm *c = calloc(1, sizeof(*c));
+    sc_endpoint *eps = calloc(2 * (size_t)world, sizeof(sc_endpoint));
+    if (!c || !eps) {
+        free(c);
+        free(eps);
+        *status = SC_EINVAL;
+        return NULL;
+    }
+    c->base = base;
+    c->size = size;
+    c->hdr = (sc_header *)base;
+    c->ranks = (sc_rank_block *)((char *)base + sc_off_ranks());
+    c->rank = rank;
+    c->world = world;
+    c->slot_bytes = h->slot_bytes;
+    c->nslots = h->nslots;
+    c->params = *wait;
+    c->send = eps;
+    c->recv = eps + world;
+    c->err_peer = -1;
+
+    sc_rank_block *me = &c->ranks[rank];
+    int32_t expected = SC_RANK_EMPTY;
+    if (!atomic_compare_exchange_strong(&me->state, &expected, SC_RANK_ATTACHED)) {
+        free(eps);
+        free(c);
+        *status = SC_ERANKTAKEN;
+        return NULL;
+    }
+    atomic_store_explicit(&me->pid, (int32_t)getpid(), memory_order_release);
+    init_endpoints(c);
+    /* First touch of our outgoing ring channel by its producer. */
+    if (world > 1)
+        memset(c->send[(rank + 1) % world].slots, 0, (size_t)c->slot_bytes * c->nslots);
+    uint64_t before = atomic_fetch_add_explicit(&c->hdr->attached.value, 1, memory_order_acq_rel);
+    sc_signal(&c->hdr->attached, before + 1);
+    *last = (before + 1 == (uint64_t)world);
+    *status = SC_OK;
+    return c;
+}
+
+int sc_wait_attached(sc_comm *c)
+{
+    return sc_wait_ge(c, &c->hdr->attached, (uint64_t)c->world, -1, "waiting for all ranks to attach", NULL);
+}
+
+void sc_abort(sc_comm *c)
+{
+    sc_signal(&c->hdr->abort, 1);
+}
+
+void sc_segment_abort(void *base, size_t size)
+{
+    if (valid_header(base, size))
+        sc_signal(&((sc_header *)base)->abort, 1);
+}
+
+void sc_detach(sc_comm *c, int failed)
+{
+    if (!c)
+        return;
+    sc_rank_block *me = &c->ranks[c->rank];
+    atomic_store_explicit(&me->state, failed ? SC_RANK_FAILED : SC_RANK_CLOSED, memory_order_release);
+    /* Wake anyone asleep on a flag we would have written, so they notice at once. */
+    for (int peer = 0; peer < c->world; peer++) {
+        sc_signal(&c->send[peer].ch->head, c->send[peer].seq);
+        sc_signal(&c->recv[peer].ch->tail, c->recv[peer].seq);
+    }
+    sc_signal(&me->barrier, c->barrier_seq);
+    free(c->send);
+    free(c);
+}
+
+/* A central barrier on monotonic counters: entering barrier n publishes n, then
+ * waits until every peer has published at least n.  No reset, no sense reversal. */
+int sc_barrier(sc_comm *c)
+{
+    if (c->broken)
+        return SC_EBROKEN;
+    uint64_t n = ++c->barrier_seq;
+    sc_signal(&c->ranks[c->rank].barrier, n);
+    for (int i = 1; i < c->world; i++) {
+        int peer = (c->rank + i) % c->world;
+        int st = sc_wait_ge(c, &c->ranks[peer].barrier, n, peer, "barrier", NULL);
+        if (st != SC_OK) {
+            c->broken = 1;
+            return st;
+        }
+    }
+    return SC_OK;
+}
+
+int sc_send_acquire(sc_comm *c, sc_endpoint *e, void **slot)
+{
+    if (e->seq - e->seen >= c->nslots) {
+        int st = sc_wait_ge(c, &e->ch->tail, e->seq - c->nslots + 1, e->peer,
+                            "waiting for a free slot in the channel to", &e->seen);
+        if (st != SC_OK)
+            return st;
+    }
+    *slot = e->slots + (e->seq % c->nslots) * c->slot_bytes;
+    return SC_OK;
+}
+
+void sc_send_commit(sc_endpoint *e)
+{
+    e->seq++;
+    sc_signal(&e->ch->head, e->seq);
+}
+
+int sc_recv_acquire(sc_comm *c, sc_endpoint *e, const void **slot)
+{
+    if (e->seen <= e->seq) {
+        int st = sc_wait_ge(c, &e->ch->head, e->seq + 1, e->peer, "waiting for data from", &e->seen);
+        if (st != SC_OK)
+            return st;
+    }
+    *slot = e->slots + (e->seq % c->nslots) * c->slot_bytes;
+    return SC_OK;
+}
+
+void sc_recv_release(sc_endpoint *e)
+{
+    e->seq++;
+    sc_signal(&e->ch->tail, e->seq);
+}
+
+int sc_error_peer(const sc_comm *c) { return c->err_peer; }
+const char *sc_error_what(const sc_comm *c) { return c->err_what ? c->err_what : ""; }

@@ -1,0 +1,100 @@
+/* Shared-memory layout and process-local state of the engine.
+ *
+ * Every flag that one process writes and another polls is a monotonic 64-bit
+ * sequence number alone on its own cache-line pair (128 B, so the adjacent-line
+ * prefetcher does not couple two flags).  Data is written before a release store of
+ * the flag; the reader does an acquire load before touching the data. */
+#ifndef SC_INTERNAL_H
+#define SC_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stddef.h>
+#include "shmcoll.h"
+
+#define SC_MAGIC 0x6c6c6f636d687353ULL   /* "Sshmcoll" little-endian */
+#define SC_LAYOUT_VERSION 1u
+#define SC_LINE 128
+#define SC_PAGE 4096
+#define SC_MAX_WORLD 1024
+
+/* A polled flag.  `waiters` counts processes asleep on the futex of `value`, so a
+ * writer pays for FUTEX_WAKE only when somebody actually sleeps. */
+typedef struct sc_flag {
+    _Alignas(SC_LINE) _Atomic uint64_t value;
+    _Atomic uint32_t waiters;
+} sc_flag;
+
+enum sc_rank_state { SC_RANK_EMPTY = 0, SC_RANK_ATTACHED = 1, SC_RANK_CLOSED = 2, SC_RANK_FAILED = 3 };
+
+typedef struct sc_header {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t world;
+    uint64_t size;
+    uint64_t token;
+    uint64_t slot_bytes;
+    uint32_t nslots;
+    int32_t creator_pid;
+    sc_flag attached;   /* number of ranks attached so far */
+    sc_flag abort;      /* non-zero: the job failed, every wait bails out */
+} sc_header;
+
+typedef struct sc_rank_block {
+    sc_flag barrier;                 /* barriers this rank has entered */
+    _Alignas(SC_LINE) _Atomic int32_t pid;
+    _Atomic int32_t state;           /* enum sc_rank_state */
+} sc_rank_block;
+
+/* One single-producer/single-consumer channel src -> dst: `head` counts slots
+ * written by src, `tail` counts slots consumed by dst. */
+typedef struct sc_channel {
+    sc_flag head;
+    sc_flag tail;
+} sc_channel;
+
+/* Process-local end of a channel: our own counter and the last value we saw of
+ * the other side's, so the common case reads no remote cache line. */
+typedef struct sc_endpoint {
+    sc_channel *ch;
+    char *slots;
+    uint64_t seq;
+    uint64_t seen;
+    int peer;
+} sc_endpoint;
+
+struct sc_comm {
+    char *base;
+    size_t size;
+    sc_header *hdr;
+    sc_rank_block *ranks;
+    int rank, world;
+    uint64_t slot_bytes;
+    uint32_t nslots;
+    sc_params params;
+    sc_endpoint *send;   /* indexed by destination rank */
+    sc_endpoint *recv;   /* indexed by source rank */
+    uint64_t barrier_seq;
+    int broken;
+    int err_peer;
+    const char *err_what;
+};
+
+/* Layout arithmetic shared by the creator and every attacher. */
+size_t sc_off_ranks(void);
+size_t sc_off_channels(int world);
+size_t sc_off_slots(int world);
+size_t sc_channel_bytes(uint64_t slot_bytes, uint32_t nslots);
+
+/* Waiting (sc_wait.c). */
+int sc_wait_ge(sc_comm *c, sc_flag *f, uint64_t target, int peer, const char *what, uint64_t *seen);
+void sc_signal(sc_flag *f, uint64_t value);
+uint64_t sc_now_ns(void);
+
+/* Channel operations (sc_comm.c). */
+int sc_send_acquire(sc_comm *c, sc_endpoint *e, void **slot);
+void sc_send_commit(sc_endpoint *e);
+int sc_recv_acquire(sc_comm *c, sc_endpoint *e, const void **slot);
+void sc_recv_release(sc_endpoint *e);
+
+#endif

@@ -1,0 +1,147 @@
+/* Kernel generation: every (dtype, op) gets first/mid/last loops written once as
+ * macros, simple enough for the compiler to vectorise at -O3.  Integer arithmetic
+ * wraps (the build passes -fwrapv), as numpy's does. */
+#include <string.h>
+
+#include "sc_reduce.h"
+#include "shmcoll.h"
+
+typedef _Float16 sc_f16;
+typedef uint16_t sc_bf16;
+
+static inline float bf16_load(sc_bf16 v)
+{
+    uint32_t u = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* Round to nearest even, as ml_dtypes does; NaN stays a (quiet) NaN. */
+static inline sc_bf16 bf16_store(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (sc_bf16)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (sc_bf16)(u >> 16);
+}
+
+#define LOAD_SAME(v) (v)
+#define LOAD_F16(v) ((float)(v))
+#define STORE_F16(v) ((sc_f16)(v))
+#define LOAD_BF16(v) bf16_load(v)
+#define STORE_BF16(v) bf16_store(v)
+
+/* NaN propagates through min/max, as np.minimum/np.maximum do. */
+#define C_SUM(a, b) ((a) + (b))
+#define C_PROD(a, b) ((a) * (b))
+#define C_MIN(a, b) (((a) < (b) || (a) != (a)) ? (a) : (b))
+#define C_MAX(a, b) (((a) > (b) || (a) != (a)) ? (a) : (b))
+#define C_BAND(a, b) ((a) & (b))
+#define C_BOR(a, b) ((a) | (b))
+#define C_BXOR(a, b) ((a) ^ (b))
+
+#define FIN_NONE(A, v, world) ((void)(world), (v))
+#define FIN_DIV(A, v, world) ((A)((v) / (A)(world)))
+/* Integer avg is floor division of the (wrapping) sum, like numpy's `//`. */
+#define FIN_FLOORDIV(A, v, world) \
+    ((A)((v) / (A)(world) - (A)(((v) % (A)(world) != 0) & ((v) < 0))))
+
+#define DEFINE_FIRST(TN, T, A, LOAD)                                             \
+    static void first_##TN(void *acc, const void *x, size_t n)                  \
+    {                                                                            \
+        A *restrict a = acc;                                                     \
+        const T *restrict xs = x;                                                \
+        for (size_t i = 0; i < n; i++)                                           \
+            a[i] = (A)LOAD(xs[i]);                                               \
+    }
+
+#define DEFINE_OP(TN, T, A, LOAD, STORE, OPN, COMBINE, FINISH)                   \
+    static void mid_##TN##_##OPN(void *acc_out, const void *acc_in, const void *x, size_t n) \
+    {                                                                            \
+        A *restrict o = acc_out;                                                 \
+        const A *restrict in = acc_in;                                           \
+        const T *restrict xs = x;                                                \
+        for (size_t i = 0; i < n; i++) {                                         \
+            A a = in[i], b = (A)LOAD(xs[i]);                                     \
+            o[i] = (A)COMBINE(a, b);                                             \
+        }                                                                        \
+    }                                                                            \
+    static void last_##TN##_##OPN(void *out, const void *acc_in, const void *x, size_t n, int world) \
+    {                                                                            \
+        T *o = out;                                                              \
+        const A *restrict in = acc_in;                                           \
+        const T *xs = x;                                                         \
+        for (size_t i = 0; i < n; i++) {                                         \
+            A a = in[i], b = (A)LOAD(xs[i]);                                     \
+            A r = (A)COMBINE(a, b);                                              \
+            o[i] = STORE(FINISH(A, r, world));                                   \
+        }                                                                        \
+    }
+
+#define DEFINE_FLOAT_OPS(TN, T, A, LOAD, STORE)                                  \
+    DEFINE_FIRST(TN, T, A, LOAD)                                                 \
+    DEFINE_OP(TN, T, A, LOAD, STORE, sum, C_SUM, FIN_NONE)                       \
+    DEFINE_OP(TN, T, A, LOAD, STORE, prod, C_PROD, FIN_NONE)                     \
+    DEFINE_OP(TN, T, A, LOAD, STORE, min, C_MIN, FIN_NONE)                       \
+    DEFINE_OP(TN, T, A, LOAD, STORE, max, C_MAX, FIN_NONE)                       \
+    DEFINE_OP(TN, T, A, LOAD, STORE, avg, C_SUM, FIN_DIV)
+
+#define DEFINE_INT_OPS(TN, T, AVG_FINISH)                                        \
+    DEFINE_FIRST(TN, T, T, LOAD_SAME)                                            \
+    DEFINE_OP(TN, T, T, LOAD_SAME, LOAD_SAME, sum, C_SUM, FIN_NONE)              \
+    DEFINE_OP(TN, T, T, LOAD_SAME, LOAD_SAME, prod, C_PROD, FIN_NONE)            \
+    DEFINE_OP(TN, T, T, LOAD_SAME, LOAD_SAME, min, C_MIN, FIN_NONE)              \
+    DEFINE_OP(TN, T, T, LOAD_SAME, LOAD_SAME, max, C_MAX, FIN_NONE)              \
+    DEFINE_OP(TN, T, T, LOAD_SAME, LOAD_SAME, avg, C_SUM, AVG_FINISH)            \
+    DEFINE_OP(TN, T, T, LOAD_SAME, LOAD_SAME, band, C_BAND, FIN_NONE)            \
+    DEFINE_OP(TN, T, T, LOAD_SAME, LOAD_SAME, bor, C_BOR, FIN_NONE)              \
+    DEFINE_OP(TN, T, T, LOAD_SAME, LOAD_SAME, bxor, C_BXOR, FIN_NONE)
+
+DEFINE_INT_OPS(i8, int8_t, FIN_FLOORDIV)
+DEFINE_INT_OPS(u8, uint8_t, FIN_DIV)
+DEFINE_INT_OPS(i16, int16_t, FIN_FLOORDIV)
+DEFINE_INT_OPS(u16, uint16_t, FIN_DIV)
+DEFINE_INT_OPS(i32, int32_t, FIN_FLOORDIV)
+DEFINE_INT_OPS(u32, uint32_t, FIN_DIV)
+DEFINE_INT_OPS(i64, int64_t, FIN_FLOORDIV)
+DEFINE_INT_OPS(u64, uint64_t, FIN_DIV)
+DEFINE_FLOAT_OPS(f16, sc_f16, float, LOAD_F16, STORE_F16)
+DEFINE_FLOAT_OPS(bf16, sc_bf16, float, LOAD_BF16, STORE_BF16)
+DEFINE_FLOAT_OPS(f32, float, float, LOAD_SAME, LOAD_SAME)
+DEFINE_FLOAT_OPS(f64, double, double, LOAD_SAME, LOAD_SAME)
+
+#define K(TN, T, A, OPN) { first_##TN, mid_##TN##_##OPN, last_##TN##_##OPN, sizeof(T), sizeof(A) }
+#define NONE { 0, 0, 0, 0, 0 }
+#define INT_ROW(TN, T) { K(TN, T, T, sum), K(TN, T, T, prod), K(TN, T, T, min), K(TN, T, T, max), \
+                         K(TN, T, T, avg), K(TN, T, T, band), K(TN, T, T, bor), K(TN, T, T, bxor) }
+#define FLOAT_ROW(TN, T, A) { K(TN, T, A, sum), K(TN, T, A, prod), K(TN, T, A, min), K(TN, T, A, max), \
+                              K(TN, T, A, avg), NONE, NONE, NONE }
+
+static const sc_kernels table[SC_NDTYPES][SC_NOPS] = {
+    [SC_INT8] = INT_ROW(i8, int8_t),       [SC_UINT8] = INT_ROW(u8, uint8_t),
+    [SC_INT16] = INT_ROW(i16, int16_t),    [SC_UINT16] = INT_ROW(u16, uint16_t),
+    [SC_INT32] = INT_ROW(i32, int32_t),    [SC_UINT32] = INT_ROW(u32, uint32_t),
+    [SC_INT64] = INT_ROW(i64, int64_t),    [SC_UINT64] = INT_ROW(u64, uint64_t),
+    [SC_FLOAT16] = FLOAT_ROW(f16, sc_f16, float),
+    [SC_BFLOAT16] = FLOAT_ROW(bf16, sc_bf16, float),
+    [SC_FLOAT32] = FLOAT_ROW(f32, float, float),
+    [SC_FLOAT64] = FLOAT_ROW(f64, double, double),
+};
+
+const sc_kernels *sc_kernels_for(int dtype, int op)
+{
+    if (dtype < 0 || dtype >= SC_NDTYPES || op < 0 || op >= SC_NOPS)
+        return NULL;
+    const sc_kernels *k = &table[dtype][op];
+    return k->first ? k : NULL;
+}
+
+size_t sc_itemsize(int dtype)
+{
+    return (dtype >= 0 && dtype < SC_NDTYPES) ? table[dtype][SC_SUM].itemsize : 0;
+}
+
+int sc_op_supported(int dtype, int op) { return sc_kernels_for(dtype, op) != NULL; }

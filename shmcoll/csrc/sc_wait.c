@@ -1,0 +1,132 @@
+/* Waiting for a flag: spin, then yield, then sleep on a futex — always with a deadline.
+ *
+ * On a small VM a spinning waiter sees a flag a fraction of a microsecond after it
+ * is set, a yielding one about a microsecond, a futex sleeper tens of microseconds
+ * (SHMCOLL_SPIN_US / SHMCOLL_YIELD_US tune the phases).  Spinning is right while the peer is
+ * running on another core; once ranks outnumber cores the peer we wait for may be
+ * queued behind us, so we yield the core to it, and after a longer wait we sleep so
+ * that an idle rank costs no CPU at all.  Liveness of the peer and the job-wide
+ * abort flag are checked whenever we wake from a sleep slice. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sc_internal.h"
+
+#define SLEEP_SLICE_NS 20000000ull   /* 20 ms: bounds how late a dead peer is noticed */
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+static inline void cpu_relax(void) { _mm_pause(); }
+#elif defined(__aarch64__)
+static inline void cpu_relax(void) { __asm__ __volatile__("yield"); }
+#else
+static inline void cpu_relax(void) {}
+#endif
+
+uint64_t sc_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The futex word is the low half of the 64-bit flag (x86-64 and aarch64 are
+ * little-endian); it changes whenever the flag does, except on an exact 2^32 wrap,
+ * which only costs one sleep slice. */
+static void futex_sleep(_Atomic uint64_t *word, uint32_t expected, uint64_t ns)
+{
+    struct timespec ts = { (time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull) };
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expected, &ts, NULL, 0);
+}
+
+static void futex_wake_all(_Atomic uint64_t *word)
+{
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+void sc_signal(sc_flag *f, uint64_t value)
+{
+    atomic_store_explicit(&f->value, value, memory_order_release);
+    /* Pairs with the waiter's increment of `waiters` before its last check:
+     * either it sees our value, or we see it asleep and wake it. */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&f->waiters, memory_order_relaxed))
+        futex_wake_all(&f->value);
+}
+
+static int peer_gone(sc_comm *c, int peer)
+{
+    if (peer < 0 || peer >= c->world)
+        return 0;
+    sc_rank_block *rb = &c->ranks[peer];
+    int32_t state = atomic_load_explicit(&rb->state, memory_order_acquire);
+    if (state == SC_RANK_CLOSED || state == SC_RANK_FAILED)
+        return 1;
+    int32_t pid = atomic_load_explicit(&rb->pid, memory_order_relaxed);
+    return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+static int fail(sc_comm *c, int status, int peer, const char *what)
+{
+    c->err_peer = peer;
+    c->err_what = what;
+    return status;
+}
+
+static inline int reached(sc_flag *f, uint64_t target, uint64_t *seen)
+{
+    uint64_t v = atomic_load_explicit(&f->value, memory_order_acquire);
+    *seen = v;
+    return v >= target;
+}
+
+int sc_wait_ge(sc_comm *c, sc_flag *f, uint64_t target, int peer, const char *what, uint64_t *seen)
+{
+    uint64_t v;
+    if (reached(f, target, &v))
+        goto done;
+
+    uint64_t start = sc_now_ns(), now = start;
+    while (now - start < c->params.spin_ns) {
+        for (int i = 0; i < 64; i++) {
+            cpu_relax();
+            if (reached(f, target, &v))
+                goto done;
+        }
+        now = sc_now_ns();
+    }
+    while (now - start < c->params.spin_ns + c->params.yield_ns) {
+        sched_yield();
+        if (reached(f, target, &v))
+            goto done;
+        now = sc_now_ns();
+    }
+
+    uint64_t deadline = start + (uint64_t)(c->params.timeout_s * 1e9);
+    for (;;) {
+        atomic_fetch_add_explicit(&f->waiters, 1, memory_order_seq_cst);
+        v = atomic_load_explicit(&f->value, memory_order_seq_cst);
+        if (v < target)
+            futex_sleep(&f->value, (uint32_t)v, SLEEP_SLICE_NS);
+        atomic_fetch_sub_explicit(&f->waiters, 1, memory_order_relaxed);
+        if (reached(f, target, &v))
+            goto done;
+        if (atomic_load_explicit(&c->hdr->abort.value, memory_order_acquire))
+            return fail(c, SC_EABORTED, peer, what);
+        if (peer_gone(c, peer))
+            return fail(c, SC_EPEERLOST, peer, what);
+        if (sc_now_ns() >= deadline)
+            return fail(c, SC_ETIMEDOUT, peer, what);
+    }
+done:
+    if (seen)
+        *seen = v;
+    return SC_OK;
+}

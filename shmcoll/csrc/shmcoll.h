@@ -1,0 +1,71 @@
+/* shmcoll C engine: the public interface the Cython layer calls.
+ *
+ * Python decides (arguments, algorithm, lifecycle of the segment); this code moves
+ * and reduces bytes between ranks that share one mapped segment.  Every function
+ * that can wait returns a status; the Cython layer turns it into an exception. */
+#ifndef SHMCOLL_H
+#define SHMCOLL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum sc_status {
+    SC_OK = 0,
+    SC_ETIMEDOUT = 1,   /* a peer did not arrive within the timeout */
+    SC_EPEERLOST = 2,   /* the peer waited for died or closed its communicator */
+    SC_EABORTED = 3,    /* another rank marked the job as failed */
+    SC_EINVAL = 4,      /* unsupported dtype/op pair or bad sizes */
+    SC_ELAYOUT = 5,     /* the segment is not a shmcoll segment of this version/job */
+    SC_ERANKTAKEN = 6,  /* another live process already holds this rank */
+    SC_EBROKEN = 7,     /* an earlier collective failed half-way; the stream is unusable */
+} sc_status;
+
+/* Order matters: the Cython layer maps numpy dtypes onto these codes. */
+typedef enum sc_dtype {
+    SC_INT8, SC_UINT8, SC_INT16, SC_UINT16, SC_INT32, SC_UINT32, SC_INT64, SC_UINT64,
+    SC_FLOAT16, SC_BFLOAT16, SC_FLOAT32, SC_FLOAT64, SC_NDTYPES
+} sc_dtype;
+
+typedef enum sc_op {
+    SC_SUM, SC_PROD, SC_MIN, SC_MAX, SC_AVG, SC_BAND, SC_BOR, SC_BXOR, SC_NOPS
+} sc_op;
+
+typedef struct sc_params {
+    double timeout_s;     /* every wait gives up after this long */
+    uint64_t spin_ns;     /* busy-poll this long before yielding the core */
+    uint64_t yield_ns;    /* then sched_yield() this long before sleeping on a futex */
+    uint64_t slot_bytes;  /* bytes per ring-buffer slot (the pipelining chunk) */
+    uint32_t nslots;      /* slots per channel; >= 2 keeps the ring deadlock-free */
+} sc_params;
+
+typedef struct sc_comm sc_comm;
+
+/* Segment lifecycle.  The creator sizes and formats; every rank maps and attaches. */
+size_t sc_segment_size(int world, const sc_params *p);
+void *sc_map(int fd, size_t size, int *err);
+void sc_unmap(void *base, size_t size);
+int sc_format(void *base, size_t size, int world, const sc_params *p, uint64_t token, int creator_pid);
+int sc_segment_world(const void *base, size_t size);   /* -1 when not a shmcoll segment */
+int sc_segment_creator(const void *base, size_t size);
+
+/* Attach: validates the header, claims the rank, counts arrivals.
+ * *last is set when this rank completed the set (it may unlink the name). */
+sc_comm *sc_attach(void *base, size_t size, int rank, int world, uint64_t token,
+                   const sc_params *wait, int *status, int *last);
+int sc_wait_attached(sc_comm *c);
+void sc_detach(sc_comm *c, int failed);   /* frees c; does not unmap */
+void sc_abort(sc_comm *c);                /* makes every rank's waits fail fast */
+void sc_segment_abort(void *base, size_t size);   /* the same, from a process that is no rank */
+
+/* Collectives.  Sizes are element counts; pointers are C-contiguous buffers. */
+int sc_barrier(sc_comm *c);
+int sc_allreduce(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op);
+int sc_reduce_scatter(sc_comm *c, const void *x, void *out, size_t count_per_rank, int dtype, int op);
+int sc_allgather(sc_comm *c, const void *x, void *out, size_t nbytes);
+
+/* Describes the last failure of c: which peer and which wait. */
+int sc_error_peer(const sc_comm *c);
+const char *sc_error_what(const sc_comm *c);
+int sc_op_supported(int dtype, int op);
+
+#endif

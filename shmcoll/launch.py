@@ -1,0 +1,153 @@
+"""launch(): run a function on N ranks (spawned processes) and collect the results.
+
+The launcher creates the job's segment, starts the ranks, and watches their result
+pipes: a rank ends with one message, or with end-of-file when it died.  The first failure (an exception or a
+death) marks the job aborted, so the other ranks stop waiting at once; after a short
+grace period every rank still running is killed, the name is unlinked, and a
+LaunchError names each failed rank with its traceback or signal.
+"""
+import multiprocessing as mp
+import os
+import signal
+import sys
+import traceback
+from multiprocessing.connection import wait
+
+from shmcoll import segment
+from shmcoll.config import EngineParams
+from shmcoll.errors import JobAbortedError, LaunchError
+
+_GRACE_S = 2.0
+
+
+def launch(fn, nprocs, args=(), timeout=None):
+    """Start `nprocs` ranks, call ``fn(comm, *args)`` in each; return results in rank order.
+
+    `fn` and `args` must be picklable (the spawn start method is used).  `timeout`
+    bounds every wait inside a collective (default SHMCOLL_TIMEOUT).
+    """
+    nprocs = int(nprocs)
+    if nprocs < 1:
+        raise ValueError(f"nprocs must be >= 1, got {nprocs}")
+    params = EngineParams.from_env(timeout)
+    name, token = segment.launch_identity()
+    seg = segment.create(name, nprocs, params, token)
+    ctx = mp.get_context("spawn")
+    procs, conns = [], []
+    try:
+        for rank in range(nprocs):
+            reader, writer = ctx.Pipe(duplex=False)
+            proc = ctx.Process(target=_rank_main, name=f"shmcoll-rank-{rank}",
+                               args=(fn, args, rank, nprocs, name, token, params, writer))
+            proc.start()
+            writer.close()
+            procs.append(proc)
+            conns.append(reader)
+        return _collect(procs, conns, seg)
+    finally:
+        _stop(procs)
+        segment.unlink(name)
+        for c in conns:
+            c.close()
+
+
+def _collect(procs, conns, seg):
+    """Each rank ends with one message on its pipe, or with EOF when it died."""
+    outcomes = {}
+    pending = {conn: rank for rank, conn in enumerate(conns)}
+    deadline = None
+    while pending:
+        ready = wait(list(pending), timeout=_remaining(deadline))
+        if not ready:
+            break           # grace period over: the rest are killed by _stop
+        for conn in ready:
+            rank = pending.pop(conn)
+            outcomes[rank] = _receive(conn, procs[rank])
+        if deadline is None and any(status != "ok" for status, _ in outcomes.values()):
+            seg.abort()     # survivors stop waiting for the failed rank at once
+            deadline = _now() + _GRACE_S
+    failures = {r: text for r, (status, text) in outcomes.items() if status == "error"}
+    if not failures and len(outcomes) == len(procs) and not deadline:
+        return [outcomes[r][1] for r in range(len(procs))]
+    for rank in range(len(procs)):
+        if rank not in outcomes:
+            failures[rank] = "did not finish: killed after another rank failed"
+        elif outcomes[rank][0] == "aborted" and not failures:
+            failures[rank] = "aborted"
+    raise LaunchError(_format(failures), failures)
+
+
+def _receive(conn, proc):
+    try:
+        return conn.recv()
+    except (EOFError, OSError):
+        proc.join(5.0)
+        return "error", _describe_exit(proc.exitcode)
+
+
+def _describe_exit(code):
+    if code is None:
+        return "exited without reporting a result"
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code} without reporting a result"
+
+
+def _format(failures):
+    lines = [f"{len(failures)} rank(s) failed: {', '.join(map(str, sorted(failures)))}"]
+    for rank in sorted(failures):
+        lines.append(f"--- rank {rank}: {failures[rank].rstrip()}")
+    return "\n".join(lines)
+
+
+def _now():
+    import time
+    return time.monotonic()
+
+
+def _remaining(deadline):
+    return None if deadline is None else max(0.0, deadline - _now())
+
+
+def _stop(procs):
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(1.0)
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def _die_with_parent():
+    """Ask the kernel to SIGKILL this rank if the launcher dies (Linux)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)          # PR_SET_PDEATHSIG
+        if os.getppid() == 1:
+            os._exit(1)
+    except (OSError, AttributeError):
+        pass
+
+
+def _rank_main(fn, args, rank, world, name, token, params, conn):
+    from shmcoll.communicator import attach
+    _die_with_parent()
+    try:
+        comm = attach(name, rank, world, token, params)
+        with comm:
+            result = fn(comm, *args)
+        conn.send(("ok", result))
+    except JobAbortedError:
+        conn.send(("aborted", None))
+        sys.exit(1)
+    except BaseException:
+        try:
+            conn.send(("error", traceback.format_exc()))
+        finally:
+            sys.exit(1)
