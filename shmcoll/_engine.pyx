@@ -13,6 +13,9 @@ from shmcoll.errors import (PeerLostError, JobAbortedError, SegmentError,
 
 cnp.import_array()
 
+cdef extern from "numpy/arrayobject.h":
+    bint equiv_types "PyArray_EquivTypes"(cnp.PyArray_Descr *a, cnp.PyArray_Descr *b)
+
 cdef extern from "csrc/shmcoll.h" nogil:
     ctypedef struct sc_comm:
         pass
@@ -49,22 +52,31 @@ cdef extern from "csrc/shmcoll.h" nogil:
     int sc_op_supported(int dtype, int op)
 
 
-cdef dict _CODE_BY_NUM = {}
+DEF MAX_BUILTIN_NUM = 64
+cdef int _code_by_num[MAX_BUILTIN_NUM]   # builtin numpy type numbers -> engine code
+cdef dict _code_by_user_num = {}          # user dtypes (ml_dtypes.bfloat16)
 _NAMES = {}
 
 
 def _register_dtypes():
-    for name, code in (("int8", SC_INT8), ("uint8", SC_UINT8), ("int16", SC_INT16),
-                       ("uint16", SC_UINT16), ("int32", SC_INT32), ("uint32", SC_UINT32),
-                       ("int64", SC_INT64), ("uint64", SC_UINT64), ("float16", SC_FLOAT16),
-                       ("float32", SC_FLOAT32), ("float64", SC_FLOAT64)):
-        _CODE_BY_NUM[np.dtype(name).num] = code
-        _NAMES[code] = name
+    for i in range(MAX_BUILTIN_NUM):
+        _code_by_num[i] = -1
+    by_kind_size = {("i", 1): SC_INT8, ("u", 1): SC_UINT8, ("i", 2): SC_INT16,
+                    ("u", 2): SC_UINT16, ("i", 4): SC_INT32, ("u", 4): SC_UINT32,
+                    ("i", 8): SC_INT64, ("u", 8): SC_UINT64, ("f", 2): SC_FLOAT16,
+                    ("f", 4): SC_FLOAT32, ("f", 8): SC_FLOAT64}
+    # Every builtin type code, so that e.g. longlong and long both map to int64.
+    for char in np.typecodes["AllInteger"] + np.typecodes["Float"]:
+        dt = np.dtype(char)
+        code = by_kind_size.get((dt.kind, dt.itemsize))
+        if code is not None and dt.num < MAX_BUILTIN_NUM:
+            _code_by_num[dt.num] = code
+            _NAMES[code] = np.dtype(f"{dt.kind}{dt.itemsize}").name
     try:
         import ml_dtypes
     except ImportError:
         return
-    _CODE_BY_NUM[np.dtype(ml_dtypes.bfloat16).num] = SC_BFLOAT16
+    _code_by_user_num[np.dtype(ml_dtypes.bfloat16).num] = SC_BFLOAT16
     _NAMES[SC_BFLOAT16] = "bfloat16"
 
 
@@ -73,8 +85,13 @@ SUPPORTED_DTYPES = tuple(sorted(_NAMES.values()))
 
 
 cdef int dtype_code(cnp.ndarray a) except -1:
-    code = _CODE_BY_NUM.get(cnp.PyArray_TYPE(a))
-    if code is None or not cnp.PyArray_ISNOTSWAPPED(a):
+    cdef int num = cnp.PyArray_TYPE(a)
+    cdef int code = -1
+    if num < MAX_BUILTIN_NUM:
+        code = _code_by_num[num]
+    else:
+        code = _code_by_user_num.get(num, -1)
+    if code < 0 or not cnp.PyArray_ISNOTSWAPPED(a):
         raise TypeError(f"unsupported dtype {a.dtype}; supported: {', '.join(SUPPORTED_DTYPES)}")
     return code
 
@@ -92,15 +109,23 @@ cdef cnp.ndarray as_input(object x):
     return <cnp.ndarray>x
 
 
-cdef cnp.ndarray check_out(object out, tuple shape, object dtype):
-    """`out` receives the result, so it is never silently replaced by a copy."""
+DEF MAX_NDIM = 64
+
+
+cdef cnp.ndarray check_out(object out, cnp.ndarray like, int ndim, cnp.npy_intp *dims):
+    """`out` receives the result, so it is never silently replaced by a copy.
+    It must have like's dtype and the shape dims[:ndim]."""
     if not cnp.PyArray_Check(out):
         raise TypeError(f"out must be a numpy.ndarray, got {type(out).__name__}")
     cdef cnp.ndarray o = <cnp.ndarray>out
-    if out.dtype != dtype:
-        raise TypeError(f"out has dtype {out.dtype}, expected {dtype}")
-    if out.shape != shape:
-        raise ValueError(f"out has shape {out.shape}, expected {shape}")
+    if not equiv_types(cnp.PyArray_DESCR(o), cnp.PyArray_DESCR(like)):
+        raise TypeError(f"out has dtype {out.dtype}, expected {like.dtype}")
+    cdef bint same = cnp.PyArray_NDIM(o) == ndim
+    cdef int i
+    for i in range(ndim if same else 0):
+        same = same and cnp.PyArray_DIMS(o)[i] == dims[i]
+    if not same:
+        raise ValueError(f"out has shape {out.shape}, expected {tuple(dims[i] for i in range(ndim))}")
     if not cnp.PyArray_IS_C_CONTIGUOUS(o):
         raise ValueError("out must be C-contiguous (results cannot be written through a copy)")
     if not cnp.PyArray_ISWRITEABLE(o):
@@ -108,10 +133,10 @@ cdef cnp.ndarray check_out(object out, tuple shape, object dtype):
     return o
 
 
-cdef int check_no_partial_overlap(cnp.ndarray o, cnp.ndarray x) except -1:
+cdef int check_no_partial_overlap(cnp.ndarray o, cnp.ndarray x, bint same_ok=True) except -1:
     cdef uintptr_t ob = <uintptr_t>cnp.PyArray_DATA(o), xb = <uintptr_t>cnp.PyArray_DATA(x)
     cdef uintptr_t oe = ob + <uintptr_t>cnp.PyArray_NBYTES(o), xe = xb + <uintptr_t>cnp.PyArray_NBYTES(x)
-    if ob != xb and ob < xe and xb < oe:
+    if (ob != xb or not same_ok) and ob < xe and xb < oe:
         raise ValueError("out partially overlaps x; pass out=x for in place, or a separate array")
     return 0
 
@@ -238,7 +263,7 @@ cdef class Engine:
             oa = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(xa), cnp.PyArray_DIMS(xa),
                                    cnp.PyArray_TYPE(xa), 0)
         else:
-            oa = check_out(out, (<object>xa).shape, (<object>xa).dtype)
+            oa = check_out(out, xa, cnp.PyArray_NDIM(xa), cnp.PyArray_DIMS(xa))
             check_no_partial_overlap(oa, xa)
         cdef size_t n = <size_t>cnp.PyArray_SIZE(xa)
         cdef const void *xp = cnp.PyArray_DATA(xa)
@@ -255,19 +280,24 @@ cdef class Engine:
         cdef cnp.ndarray xa = as_input(x)
         cdef int dt = dtype_code(xa)
         _check_op(dt, op, xa)
-        xshape = (<object>xa).shape
-        if xa.ndim == 0 or xshape[0] % self.world_size:
+        cdef int nd = cnp.PyArray_NDIM(xa)
+        if nd == 0 or cnp.PyArray_DIMS(xa)[0] % self.world_size:
             raise ValueError(f"reduce_scatter needs x.shape[0] divisible by world_size "
-                             f"{self.world_size}; got shape {xshape}")
-        shape = (xshape[0] // self.world_size,) + xshape[1:]
+                             f"{self.world_size}; got shape {(<object>xa).shape}")
+        cdef cnp.npy_intp dims[MAX_NDIM]
+        cdef int i
+        for i in range(nd):
+            dims[i] = cnp.PyArray_DIMS(xa)[i]
+        dims[0] //= self.world_size
         cdef cnp.ndarray oa
         if out is None:
-            oa = np.empty(shape, xa.dtype)
+            oa = cnp.PyArray_EMPTY(nd, dims, cnp.PyArray_TYPE(xa), 0)
         else:
-            oa = check_out(out, shape, xa.dtype)
-            if cnp.PyArray_DATA(oa) == cnp.PyArray_DATA(xa):
-                raise ValueError("reduce_scatter cannot write its block over x; pass a separate out")
-            check_no_partial_overlap(oa, xa)
+            oa = check_out(out, xa, nd, dims)
+            # In place means out is this rank's own block of x (each element of it
+            # is read once, right before it is written); any other overlap is refused.
+            if cnp.PyArray_DATA(oa) != <char *>cnp.PyArray_DATA(xa) + self.rank * cnp.PyArray_NBYTES(oa):
+                check_no_partial_overlap(oa, xa, False)
         cdef size_t n = <size_t>cnp.PyArray_SIZE(oa)
         cdef const void *xp = cnp.PyArray_DATA(xa)
         cdef void *op_ = cnp.PyArray_DATA(oa)
@@ -282,12 +312,19 @@ cdef class Engine:
         self._live()
         cdef cnp.ndarray xa = as_input(x)
         dtype_code(xa)
-        shape = (self.world_size,) + (<object>xa).shape
+        cdef int nd = cnp.PyArray_NDIM(xa) + 1
+        if nd > MAX_NDIM:
+            raise ValueError(f"allgather supports at most {MAX_NDIM - 1} dimensions")
+        cdef cnp.npy_intp dims[MAX_NDIM]
+        cdef int i
+        dims[0] = self.world_size
+        for i in range(1, nd):
+            dims[i] = cnp.PyArray_DIMS(xa)[i - 1]
         cdef cnp.ndarray oa
         if out is None:
-            oa = np.empty(shape, xa.dtype)
+            oa = cnp.PyArray_EMPTY(nd, dims, cnp.PyArray_TYPE(xa), 0)
         else:
-            oa = check_out(out, shape, xa.dtype)
+            oa = check_out(out, xa, nd, dims)
             # x may be this rank's own row of out (in place), nothing else of it
             if _overlaps_other_rows(oa, xa, self.rank):
                 raise ValueError("x overlaps rows of out other than this rank's own")

@@ -1,0 +1,5 @@
+import sys
+
+from shmcoll.cli import main
+
+sys.exit(main())
