@@ -9,6 +9,7 @@ for allreduce and x (P-1)/P for reduce_scatter and allgather.
 import json
 import time
 from dataclasses import asdict, dataclass
+from functools import partial
 
 import numpy as np
 
@@ -39,12 +40,13 @@ def size_sweep(minbytes, maxbytes, factor):
         raise ValueError(f"need 0 <= MIN <= MAX, got {minbytes} and {maxbytes}")
     if factor <= 1 and minbytes != maxbytes:
         raise ValueError(f"step factor must be > 1, got {factor}")
-    sizes, s = [], max(minbytes, 1) if minbytes else 0
+    sizes, s = [], minbytes
     while True:
         sizes.append(s)
-        if s >= maxbytes or factor <= 1:
+        nxt = max(int(s * factor), s + 1)
+        if nxt > maxbytes or factor <= 1:
             return sizes
-        s = max(int(s * factor), s + 1) if s else 1
+        s = nxt
 
 
 def auto_iters(nbytes):
@@ -142,22 +144,25 @@ class Case:
         return self.count * self.dtype.itemsize
 
     def call(self, inplace):
-        c, x = self.comm, self.x
+        """The collective as a pre-bound callable: the timed loop adds no Python of its own."""
+        c, x, kw = self.comm, self.x, {"algo": self.algo}
+        if self.collective in REDUCING:
+            kw["op"] = self.op
         if self.collective == "allreduce":
-            return c.allreduce(x, out=x if inplace else self.out, op=self.op, algo=self.algo)
+            return partial(c.allreduce, x, x if inplace else self.out, **kw)
         if self.collective == "reduce_scatter":
             m = self.count // c.world_size
             out = x[c.rank * m:(c.rank + 1) * m] if inplace else self.out
-            return c.reduce_scatter(x, out=out, op=self.op, algo=self.algo)
+            return partial(c.reduce_scatter, x, out, **kw)
         if inplace:
             self.out[c.rank] = x
-            return c.allgather(self.out[c.rank], out=self.out, algo=self.algo)
-        return c.allgather(x, out=self.out, algo=self.algo)
+            return partial(c.allgather, self.out[c.rank], self.out, **kw)
+        return partial(c.allgather, x, self.out, **kw)
 
     def check(self, inplace):
         """Run once on fresh inputs and count wrong elements against numpy."""
         self.x[...] = self.x0
-        got = self.call(inplace).copy()
+        got = self.call(inplace)().copy()
         self.x[...] = self.x0
         P, r = self.comm.world_size, self.comm.rank
         per_rank = self.count // P if self.collective == "allgather" else self.count
@@ -173,7 +178,7 @@ def run_size(comm, collective, nbytes, dtype, op, algo, iters, warmup, check, in
     case = Case(comm, collective, nbytes, dtype, op, algo)
     n = iters or auto_iters(case.nbytes)
     w = warmup if warmup >= 0 else max(2, n // 10)
-    seconds = time_calls(comm, lambda: case.call(inplace), n, w)
+    seconds = time_calls(comm, case.call(inplace), n, w)
     wrong = case.check(inplace) if check else 0
     wrong = int(comm.allreduce(np.array([wrong], np.int64))[0])
     algbw = case.nbytes / seconds / 1e9 if seconds > 0 else 0.0

@@ -1,0 +1,34 @@
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+from shmcoll import segment  # noqa: E402
+from rankpool import RankPool  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_shm_leaks():
+    """No /dev/shm entry of the project may survive the test session."""
+    before = set(segment.list_entries())
+    yield
+    leaked = set(segment.list_entries()) - before
+    assert not leaked, f"leaked shared-memory entries: {sorted(leaked)}"
+
+
+_pools = {}
+
+
+@pytest.fixture(scope="session")
+def pools():
+    """pools(P) -> a RankPool of P live ranks, started once per session."""
+    def get(world):
+        if world not in _pools:
+            _pools[world] = RankPool(world)
+        return _pools[world]
+    yield get
+    for pool in _pools.values():
+        pool.close()
+    _pools.clear()

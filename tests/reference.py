@@ -1,0 +1,74 @@
+"""Pure-numpy reference for every collective, and deterministic per-rank inputs."""
+import numpy as np
+
+try:
+    import ml_dtypes
+    BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+except ImportError:
+    BFLOAT16 = None
+
+INT_DTYPES = ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
+FLOAT_DTYPES = ["float16", "float32", "float64"] + (["bfloat16"] if BFLOAT16 is not None else [])
+ALL_DTYPES = INT_DTYPES + FLOAT_DTYPES
+FLOAT_OPS = ["sum", "prod", "min", "max", "avg"]
+INT_OPS = FLOAT_OPS + ["band", "bor", "bxor"]
+
+
+def dtype_of(name):
+    return BFLOAT16 if name == "bfloat16" else np.dtype(name)
+
+
+def is_float(name):
+    return name in FLOAT_DTYPES
+
+
+def ops_for(name):
+    return FLOAT_OPS if is_float(name) else INT_OPS
+
+
+def make_input(rank, shape, dtype_name, op, seed=0):
+    """Values that every summation order reduces exactly (small integers; +-1, 2 for prod)."""
+    rng = np.random.default_rng([seed, rank, len(shape), int(np.prod(shape))])
+    count = int(np.prod(shape))
+    signed = dtype_name[0] != "u"
+    if op == "prod":
+        vals = rng.choice([1, 2, -1] if signed else [1, 2, 3], count)
+    elif op in ("band", "bor", "bxor"):
+        vals = rng.integers(0, 127, count)
+    elif is_float(dtype_name):
+        vals = rng.integers(-8, 9, count)
+    else:
+        vals = rng.integers(-120 if signed else 0, 120, count)
+    return vals.astype(np.int64).astype(dtype_of(dtype_name)).reshape(shape)
+
+
+def _accumulator(dtype_name):
+    return np.float32 if dtype_name in ("float16", "bfloat16") else dtype_of(dtype_name)
+
+
+def reduce_ref(xs, op, dtype_name):
+    """The reduction of the stacked inputs, computed like the engine defines it."""
+    acc = _accumulator(dtype_name)
+    stack = np.stack([x.astype(acc) for x in xs])
+    if op == "sum":
+        res = stack.sum(axis=0, dtype=acc)
+    elif op == "prod":
+        res = stack.prod(axis=0, dtype=acc)
+    elif op == "min":
+        res = stack.min(axis=0)
+    elif op == "max":
+        res = stack.max(axis=0)
+    elif op == "avg":
+        total = stack.sum(axis=0, dtype=acc)
+        res = total // len(xs) if not is_float(dtype_name) else total / np.asarray(len(xs), acc)
+    else:
+        ufunc = {"band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor}[op]
+        res = ufunc.reduce(stack, axis=0)
+    return np.asarray(res).astype(dtype_of(dtype_name))
+
+
+def bitwise_equal(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return a.tobytes() == b.tobytes()

@@ -1,0 +1,72 @@
+"""launch(): results in rank order, failures named with traceback or signal,
+nothing left running or linked afterwards."""
+import multiprocessing as mp
+import time
+
+import pytest
+
+import shmcoll
+from shmcoll import segment
+from workers import allreduce_sum_of_rank, kill_self_on, raise_on, rank_and_size, sleep_then_allreduce
+
+
+def test_results_come_back_in_rank_order():
+    assert shmcoll.launch(rank_and_size, 3) == [(0, 3), (1, 3), (2, 3)]
+
+
+def test_the_issue_example():
+    assert shmcoll.launch(allreduce_sum_of_rank, nprocs=4) == [450.0] * 4
+
+
+def _rank_pids():
+    return {p.pid for p in mp.active_children() if p.name.startswith("shmcoll-rank")}
+
+
+@pytest.fixture
+def no_rank_left():
+    """Ranks started by the test are all gone afterwards (pool ranks aside)."""
+    before = _rank_pids()
+    yield
+    assert _rank_pids() <= before
+
+
+def test_exception_in_a_rank_names_it_with_traceback(no_rank_left):
+    t0 = time.monotonic()
+    with pytest.raises(shmcoll.LaunchError) as info:
+        shmcoll.launch(raise_on, 3, args=(1,))
+    assert list(info.value.failures) == [1]
+    text = str(info.value)
+    assert "rank 1" in text and "deliberate failure on rank 1" in text and "Traceback" in text
+    assert time.monotonic() - t0 < 30
+
+
+def test_killed_rank_is_named_with_its_signal(no_rank_left):
+    with pytest.raises(shmcoll.LaunchError) as info:
+        shmcoll.launch(kill_self_on, 2, args=(0,))
+    assert 0 in info.value.failures
+    assert "SIGKILL" in info.value.failures[0]
+
+
+def test_launch_leaves_no_segment_behind():
+    before = set(segment.list_entries())
+    shmcoll.launch(rank_and_size, 2)
+    with pytest.raises(shmcoll.LaunchError):
+        shmcoll.launch(raise_on, 2, args=(0,))
+    assert set(segment.list_entries()) == before
+
+
+def test_collective_timeout_raises_timeout_error_naming_the_wait():
+    with pytest.raises(shmcoll.LaunchError) as info:
+        shmcoll.launch(sleep_then_allreduce, 2, args=(1, 5.0), timeout=0.5)
+    failure = info.value.failures[0]
+    assert "TimeoutError" in failure and "allreduce" in failure and "rank 1" in failure
+
+
+def test_bad_nprocs():
+    with pytest.raises(ValueError):
+        shmcoll.launch(rank_and_size, 0)
+
+
+def test_unpicklable_function_is_reported(no_rank_left):
+    with pytest.raises(Exception):
+        shmcoll.launch(lambda comm: 1, 1)

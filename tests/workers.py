@@ -1,0 +1,128 @@
+"""Functions that run on every rank (module level, so spawned ranks can import them)."""
+import os
+import signal
+import time
+
+import numpy as np
+
+from reference import dtype_of, make_input
+
+
+def run_case(comm, collective, shape, dtype_name, op, inplace, seed=0):
+    """Run one collective on this rank's deterministic input; return the result."""
+    P, r = comm.world_size, comm.rank
+    x = make_input(r, shape, dtype_name, op, seed)
+    if collective == "allreduce":
+        return comm.allreduce(x, out=x if inplace else None, op=op)
+    if collective == "reduce_scatter":
+        if inplace:
+            m = shape[0] // P
+            return comm.reduce_scatter(x, out=x[r * m:(r + 1) * m], op=op).copy()
+        return comm.reduce_scatter(x, op=op)
+    if inplace:
+        out = np.empty((P,) + tuple(shape), dtype_of(dtype_name))
+        out[r] = x
+        return comm.allgather(out[r], out=out)
+    return comm.allgather(x)
+
+
+def run_cases(comm, cases):
+    return [run_case(comm, *case) for case in cases]
+
+
+def rank_and_size(comm):
+    return comm.rank, comm.world_size
+
+
+def allreduce_sum_of_rank(comm):
+    x = np.arange(10, dtype=np.float32) * (comm.rank + 1)
+    return float(comm.allreduce(x).sum())
+
+
+def raise_on(comm, bad_rank):
+    if comm.rank == bad_rank:
+        raise RuntimeError(f"deliberate failure on rank {comm.rank}")
+    comm.allreduce(np.ones(4, np.float32))     # peers block until the job is aborted
+    return "finished"
+
+
+def kill_self_on(comm, bad_rank):
+    if comm.rank == bad_rank:
+        os.kill(os.getpid(), signal.SIGKILL)
+    comm.allreduce(np.ones(1 << 20, np.float32))
+    return "finished"
+
+
+def large_allreduce_check(comm, count, dtype_name):
+    """Large message: check every element in place on the rank, return wrong count."""
+    x = np.full(count, comm.rank + 1, dtype=dtype_of(dtype_name))
+    x[::4097] = 2 * (comm.rank + 1)
+    y = comm.allreduce(x)
+    P = comm.world_size
+    want = np.full(count, P * (P + 1) // 2, dtype=y.dtype)
+    want[::4097] = P * (P + 1)
+    return int(np.count_nonzero(y != want))
+
+
+def call_after_close(comm):
+    comm.close()
+    try:
+        comm.allreduce(np.ones(3))
+    except Exception as e:  # noqa: BLE001 - the type is what the test checks
+        return type(e).__name__, str(e)
+    return None
+
+
+def expect_error(comm, method, args, kwargs):
+    """Call a collective that must fail locally; return (exception type, message)."""
+    try:
+        getattr(comm, method)(*args, **kwargs)
+    except Exception as e:  # noqa: BLE001
+        return type(e).__mro__[0].__name__, [c.__name__ for c in type(e).__mro__], str(e)
+    return None
+
+
+def sleep_then_allreduce(comm, sleeper, seconds):
+    if comm.rank == sleeper:
+        time.sleep(seconds)
+    return comm.allreduce(np.ones(8, np.float32)).tolist()
+
+
+def float_sum_random(comm, count, dtype_name, seed):
+    rng = np.random.default_rng([seed, comm.rank])
+    x = rng.standard_normal(count).astype(dtype_name)
+    return x, comm.allreduce(x)
+
+
+def _read_only_out():
+    ro = np.zeros(8, np.float32)
+    ro.flags.writeable = False
+    return "allreduce", (np.zeros(8, np.float32),), {"out": ro}
+
+
+def _partial_overlap():
+    buf = np.zeros(16, np.float32)
+    return "allreduce", (buf[:8],), {"out": buf[4:12]}
+
+
+def _strided_out():
+    return "allreduce", (np.zeros(8, np.float32),), {"out": np.zeros(16, np.float32)[::2]}
+
+
+def _big_endian_input():
+    return "allreduce", (np.arange(4, dtype=">f4"),), {}
+
+
+# Calls whose arguments must be built on the rank: pickling would make them
+# contiguous, writeable and native-endian copies on the way.
+LOCAL_BAD_CALLS = {
+    "read_only_out": _read_only_out,
+    "partial_overlap": _partial_overlap,
+    "strided_out": _strided_out,
+    "big_endian_input": _big_endian_input,
+}
+
+
+def expect_local_error(comm, name):
+    method, args, kwargs = LOCAL_BAD_CALLS[name]()
+    return expect_error(comm, method, args, kwargs)
