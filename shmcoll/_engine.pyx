@@ -25,6 +25,7 @@ cdef extern from "csrc/shmcoll.h" nogil:
         uint64_t yield_ns
         uint64_t slot_bytes
         unsigned int nslots
+        uint64_t stream_bytes
     enum:
         SC_OK, SC_ETIMEDOUT, SC_EPEERLOST, SC_EABORTED, SC_EINVAL, SC_ELAYOUT,
         SC_ERANKTAKEN, SC_EBROKEN
@@ -184,6 +185,7 @@ cdef sc_params _params(object params) except *:
     p.yield_ns = <uint64_t>(params.yield_us * 1000)
     p.slot_bytes = params.slot_bytes
     p.nslots = params.nslots
+    p.stream_bytes = params.stream_bytes
     return p
 
 

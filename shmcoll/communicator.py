@@ -122,7 +122,7 @@ def init(rank=None, world_size=None, job=None, timeout=None):
         raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
     if not job:
         raise ValueError("job name must not be empty")
-    params = EngineParams.from_env(timeout)
+    params = EngineParams.from_env(world_size, timeout)
     name, token = segment.job_identity(job)
     if rank == 0:
         seg = segment.create_for_job(name, world_size, params, token)

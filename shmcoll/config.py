@@ -29,14 +29,19 @@ class Setting:
 SETTINGS = {s.name: s for s in (
     Setting("SHMCOLL_TIMEOUT", float, 300.0,
             "Seconds any wait for a peer may last before shmcoll.TimeoutError."),
-    Setting("SHMCOLL_SPIN_US", float, 50.0,
-            "Microseconds a waiting rank busy-polls before it starts yielding its core."),
+    Setting("SHMCOLL_SPIN_US", float, None,
+            "Microseconds a waiting rank busy-polls before it starts yielding its core; "
+            "default: 50, or 0 when ranks outnumber the usable CPUs (a spinning rank would "
+            "then hold the core its peer needs)."),
     Setting("SHMCOLL_YIELD_US", float, 2000.0,
             "Microseconds of sched_yield() polling after spinning, before sleeping on a futex."),
     Setting("SHMCOLL_SLOT_BYTES", int, 64 << 10,
             "Bytes per ring-buffer slot: the pipelining chunk of the ring algorithms."),
     Setting("SHMCOLL_SLOTS", int, 4,
             "Slots per channel (>= 2); a channel holds SLOTS x SLOT_BYTES."),
+    Setting("SHMCOLL_STREAM_BYTES", int, 8 << 20,
+            "Results of at least this many bytes are written with streaming (non-temporal) "
+            "stores, which skip reading the destination into the cache; 0 disables."),
     Setting("SHMCOLL_RANK", int, None, "Join mode: this process's rank (shmcoll.init)."),
     Setting("SHMCOLL_WORLD_SIZE", int, None, "Join mode: number of ranks (shmcoll.init)."),
     Setting("SHMCOLL_JOB", str, None,
@@ -51,6 +56,17 @@ def get(name, environ=None):
     return SETTINGS[name].value(environ)
 
 
+DEFAULT_SPIN_US = 50.0
+
+
+def usable_cpus():
+    """CPUs this process may run on (affinity mask), not just the CPUs online."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 @dataclass(frozen=True)
 class EngineParams:
     """The engine parameters a communicator is created with."""
@@ -59,12 +75,17 @@ class EngineParams:
     yield_us: float
     slot_bytes: int
     nslots: int
+    stream_bytes: int
 
     @classmethod
-    def from_env(cls, timeout=None):
+    def from_env(cls, world, timeout=None):
+        spin = get("SHMCOLL_SPIN_US")
+        if spin is None:
+            spin = DEFAULT_SPIN_US if world <= usable_cpus() else 0.0
         params = cls(timeout=float(get("SHMCOLL_TIMEOUT") if timeout is None else timeout),
-                     spin_us=get("SHMCOLL_SPIN_US"), yield_us=get("SHMCOLL_YIELD_US"),
-                     slot_bytes=get("SHMCOLL_SLOT_BYTES"), nslots=get("SHMCOLL_SLOTS"))
+                     spin_us=spin, yield_us=get("SHMCOLL_YIELD_US"),
+                     slot_bytes=get("SHMCOLL_SLOT_BYTES"), nslots=get("SHMCOLL_SLOTS"),
+                     stream_bytes=get("SHMCOLL_STREAM_BYTES"))
         params.validate()
         return params
 

@@ -29,7 +29,7 @@ def launch(fn, nprocs, args=(), timeout=None):
     nprocs = int(nprocs)
     if nprocs < 1:
         raise ValueError(f"nprocs must be >= 1, got {nprocs}")
-    params = EngineParams.from_env(timeout)
+    params = EngineParams.from_env(nprocs, timeout)
     name, token = segment.launch_identity()
     seg = segment.create(name, nprocs, params, token)
     ctx = mp.get_context("spawn")

@@ -19,6 +19,7 @@
  * AllGather writes the same chunk of out. */
 #include <string.h>
 
+#include "sc_copy.h"
 #include "sc_internal.h"
 #include "sc_reduce.h"
 
@@ -32,6 +33,7 @@ typedef struct ring_plan {
     size_t itemsize;
     const sc_kernels *k;
     int op;
+    int stream;               /* write the output with streaming stores */
 } ring_plan;
 
 static inline int wrap(int r, int world) { return ((r % world) + world) % world; }
@@ -89,14 +91,18 @@ static int rs_round(const ring_plan *p, size_t c, int forward)
     char *dst = p->final + (off - boff) * isz;
     if ((st = sc_recv_acquire(cm, from, &in_slot)))
         return st;
-    p->k->last(dst, in_slot, p->x + off * isz, n, P);
-    sc_recv_release(from);
     if (forward) {
+        /* Reduce into the outgoing slot (in cache), then copy it to the output. */
         if ((st = sc_send_acquire(cm, to, &out_slot)))
             return st;
-        memcpy(out_slot, dst, n * isz);
+        p->k->last(out_slot, in_slot, p->x + off * isz, n, P);
+        sc_recv_release(from);
+        sc_out_copy(dst, out_slot, n * isz, p->stream);
         sc_send_commit(to);
+        return SC_OK;
     }
+    p->k->last(dst, in_slot, p->x + off * isz, n, P);
+    sc_recv_release(from);
     return SC_OK;
 }
 
@@ -118,7 +124,7 @@ static int ag_round(const ring_plan *p, size_t c, int own_sent)
         const char *src = p->x + (off - boff) * isz;
         memcpy(out_slot, src, n * isz);
         if (p->out + off * isz != src)
-            memcpy(p->out + off * isz, src, n * isz);
+            sc_out_copy(p->out + off * isz, src, n * isz, p->stream);
         sc_send_commit(to);
     }
     for (int j = 0; j <= P - 2; j++) {
@@ -126,7 +132,7 @@ static int ag_round(const ring_plan *p, size_t c, int own_sent)
             continue;
         if ((st = sc_recv_acquire(cm, from, &in_slot)))
             return st;
-        memcpy(p->out + off * isz, in_slot, n * isz);
+        sc_out_copy(p->out + off * isz, in_slot, n * isz, p->stream);
         if (j < P - 2) {
             if ((st = sc_send_acquire(cm, to, &out_slot)))
                 return st;
@@ -151,9 +157,15 @@ static size_t chunk_elems(const sc_comm *c, size_t accsize)
 
 static int finish(sc_comm *c, int st)
 {
+    sc_stream_fence();
     if (st != SC_OK)
         c->broken = 1;
     return st;
+}
+
+static int use_stream(const sc_comm *c, size_t out_bytes)
+{
+    return c->params.stream_bytes && out_bytes >= c->params.stream_bytes;
 }
 
 int sc_allreduce(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op)
@@ -171,7 +183,8 @@ int sc_allreduce(sc_comm *c, const void *x, void *out, size_t count, int dtype, 
     size_t roff, rlen;
     block_range(count, c->world, c->rank, &roff, &rlen);
     ring_plan p = { c, x, out, (char *)out + roff * k->itemsize, count,
-                    chunk_elems(c, k->accsize), k->itemsize, k, op };
+                    chunk_elems(c, k->accsize), k->itemsize, k, op,
+                    use_stream(c, count * k->itemsize) && out != x };
     /* AllGather's own block is the reduced block, already in out. */
     ring_plan ag = p;
     ag.x = p.final;
@@ -183,7 +196,7 @@ int sc_allreduce(sc_comm *c, const void *x, void *out, size_t count, int dtype, 
         if (st != SC_OK)
             return finish(c, st);
     }
-    return SC_OK;
+    return finish(c, SC_OK);
 }
 
 int sc_reduce_scatter(sc_comm *c, const void *x, void *out, size_t count_per_rank, int dtype, int op)
@@ -199,7 +212,7 @@ int sc_reduce_scatter(sc_comm *c, const void *x, void *out, size_t count_per_ran
         return SC_OK;
     }
     ring_plan p = { c, x, NULL, out, count_per_rank * (size_t)c->world,
-                    chunk_elems(c, k->accsize), k->itemsize, k, op };
+                    chunk_elems(c, k->accsize), k->itemsize, k, op, 0 };
     size_t n = rounds(&p);
     for (size_t i = 0; i < n; i++) {
         int st = rs_round(&p, i, 0);
@@ -220,12 +233,13 @@ int sc_allgather(sc_comm *c, const void *x, void *out, size_t nbytes)
         return SC_OK;
     }
     /* Bytes as uint8: equal blocks of nbytes, chunked by whole slots. */
-    ring_plan p = { c, x, out, NULL, nbytes * (size_t)c->world, chunk_elems(c, 1), 1, NULL, 0 };
+    ring_plan p = { c, x, out, NULL, nbytes * (size_t)c->world, chunk_elems(c, 1), 1, NULL, 0,
+                    use_stream(c, nbytes * (size_t)c->world) };
     size_t n = rounds(&p);
     for (size_t i = 0; i < n; i++) {
         int st = ag_round(&p, i, 0);
         if (st != SC_OK)
             return finish(c, st);
     }
-    return SC_OK;
+    return finish(c, SC_OK);
 }

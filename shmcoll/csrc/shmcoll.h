@@ -36,6 +36,7 @@ typedef struct sc_params {
     uint64_t yield_ns;    /* then sched_yield() this long before sleeping on a futex */
     uint64_t slot_bytes;  /* bytes per ring-buffer slot (the pipelining chunk) */
     uint32_t nslots;      /* slots per channel; >= 2 keeps the ring deadlock-free */
+    uint64_t stream_bytes; /* outputs this large are written with streaming stores (0: never) */
 } sc_params;
 
 typedef struct sc_comm sc_comm;
