@@ -46,6 +46,7 @@ cdef extern from "csrc/shmcoll.h" nogil:
     void sc_segment_abort(void *base, size_t size)
     int sc_barrier(sc_comm *c)
     int sc_allreduce(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op)
+    int sc_allreduce_direct(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op)
     int sc_reduce_scatter(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op)
     int sc_allgather(sc_comm *c, const void *x, void *out, size_t nbytes)
     int sc_error_peer(const sc_comm *c)
@@ -194,12 +195,25 @@ def _strerror(int err):
     return os.strerror(err) if err else "not a shmcoll segment"
 
 
+DEF ALGO_AUTO = -1
+DEF ALGO_RING = 0
+DEF ALGO_DIRECT = 1
+DEF AUTO_CACHE_MAX = 4096
+
+
 cdef class Engine:
-    """One rank's attachment to a segment; owns no name, only the mapping's use."""
+    """One rank's attachment to a segment; owns no name, only the mapping's use.
+
+    `choose(collective, world, nbytes) -> code` picks the algorithm when a call
+    asks for auto; its answers are cached per message size, so the cost model is
+    evaluated once per size, not once per call.
+    """
     cdef sc_comm *c
     cdef Segment seg
     cdef readonly int rank, world_size
     cdef readonly bint completed_attach
+    cdef public object choose
+    cdef dict _auto_allreduce
 
     def __cinit__(self, Segment seg, int rank, int world, uint64_t token, params):
         cdef int status = 0, last = 0
@@ -216,6 +230,7 @@ cdef class Engine:
         self.rank = rank
         self.world_size = world
         self.completed_attach = last
+        self._auto_allreduce = {}
 
     cdef int _raise(self, int status, str what) except -1:
         peer = sc_error_peer(self.c)
@@ -255,7 +270,15 @@ cdef class Engine:
         if st:
             self._raise(st, "barrier")
 
-    def allreduce(self, x, out, int op):
+    cdef int _auto(self, dict cache, str collective, size_t nbytes) except -1:
+        code = cache.get(nbytes)
+        if code is None:
+            if len(cache) >= AUTO_CACHE_MAX:
+                cache.clear()
+            code = cache[nbytes] = self.choose(collective, self.world_size, nbytes)
+        return code
+
+    def allreduce(self, x, out, int op, int algo=ALGO_AUTO):
         self._live()
         cdef cnp.ndarray xa = as_input(x)
         cdef int dt = dtype_code(xa)
@@ -271,8 +294,13 @@ cdef class Engine:
         cdef const void *xp = cnp.PyArray_DATA(xa)
         cdef void *op_ = cnp.PyArray_DATA(oa)
         cdef int st
+        if algo == ALGO_AUTO:
+            algo = self._auto(self._auto_allreduce, "allreduce", <size_t>cnp.PyArray_NBYTES(xa))
         with nogil:
-            st = sc_allreduce(self.c, xp, op_, n, dt, op)
+            if algo == ALGO_DIRECT:
+                st = sc_allreduce_direct(self.c, xp, op_, n, dt, op)
+            else:
+                st = sc_allreduce(self.c, xp, op_, n, dt, op)
         if st:
             self._raise(st, "allreduce")
         return oa

@@ -6,6 +6,8 @@ from shmcoll.config import EngineParams, get
 from shmcoll.errors import ClosedError, SegmentError
 from shmcoll.ops import OP_CODES, op_code
 
+AUTO = -1   # the engine picks per message size through selector.code
+
 
 class Communicator:
     """A group of `world_size` ranks on this machine sharing one segment.
@@ -21,6 +23,20 @@ class Communicator:
         self._engine = engine
         self.rank = engine.rank
         self.world_size = engine.world_size
+        engine.choose = selector.code
+        self._algo_codes = {}
+
+    def _algo(self, collective, algo):
+        """Engine code of a named algorithm (validated once per name)."""
+        key = (collective, algo)
+        code = self._algo_codes.get(key)
+        if code is None:
+            if not isinstance(algo, str):
+                raise ValueError(f"algo must be an algorithm name or None, got {algo!r}")
+            # "auto" is validated here but chosen per message size by the engine
+            code = selector.code(collective, self.world_size, 0, algo)
+            code = self._algo_codes[key] = AUTO if algo == "auto" else code
+        return code
 
     # -- collectives -------------------------------------------------------
     def allreduce(self, x, out=None, op="sum", algo=None):
@@ -28,9 +44,9 @@ class Communicator:
         code = OP_CODES.get(op)
         if code is None:
             code = op_code(op)
-        if algo is not None:
-            selector.choose("allreduce", self.world_size, 0, algo)
-        return self._engine.allreduce(x, out, code)
+        if algo is None:
+            return self._engine.allreduce(x, out, code)
+        return self._engine.allreduce(x, out, code, self._algo("allreduce", algo))
 
     def reduce_scatter(self, x, out=None, op="sum", algo=None):
         """Reduce x over all ranks; rank r gets rows [r*m, (r+1)*m) of the result,
@@ -39,13 +55,13 @@ class Communicator:
         if code is None:
             code = op_code(op)
         if algo is not None:
-            selector.choose("reduce_scatter", self.world_size, 0, algo)
+            self._algo("reduce_scatter", algo)
         return self._engine.reduce_scatter(x, out, code)
 
     def allgather(self, x, out=None, algo=None):
         """Every rank gets the stack of all ranks' x: shape (world_size, *x.shape)."""
         if algo is not None:
-            selector.choose("allgather", self.world_size, 0, algo)
+            self._algo("allgather", algo)
         return self._engine.allgather(x, out)
 
     def barrier(self):

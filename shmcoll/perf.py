@@ -9,7 +9,6 @@ for allreduce and x (P-1)/P for reduce_scatter and allgather.
 import json
 import time
 from dataclasses import asdict, dataclass
-from functools import partial
 
 import numpy as np
 
@@ -144,20 +143,22 @@ class Case:
         return self.count * self.dtype.itemsize
 
     def call(self, inplace):
-        """The collective as a pre-bound callable: the timed loop adds no Python of its own."""
-        c, x, kw = self.comm, self.x, {"algo": self.algo}
-        if self.collective in REDUCING:
-            kw["op"] = self.op
+        """The collective as a closure with positional arguments only: the timed loop
+        adds a single Python call, as a user's own loop would."""
+        c, x, op, algo = self.comm, self.x, self.op, self.algo
         if self.collective == "allreduce":
-            return partial(c.allreduce, x, x if inplace else self.out, **kw)
+            out = x if inplace else self.out
+            return lambda: c.allreduce(x, out, op, algo)
         if self.collective == "reduce_scatter":
             m = self.count // c.world_size
             out = x[c.rank * m:(c.rank + 1) * m] if inplace else self.out
-            return partial(c.reduce_scatter, x, out, **kw)
+            return lambda: c.reduce_scatter(x, out, op, algo)
+        out = self.out
         if inplace:
-            self.out[c.rank] = x
-            return partial(c.allgather, self.out[c.rank], self.out, **kw)
-        return partial(c.allgather, x, self.out, **kw)
+            out[c.rank] = x
+            mine = out[c.rank]
+            return lambda: c.allgather(mine, out, algo)
+        return lambda: c.allgather(x, out, algo)
 
     def check(self, inplace):
         """Run once on fresh inputs and count wrong elements against numpy."""

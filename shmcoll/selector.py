@@ -34,3 +34,8 @@ def choose(collective, world, nbytes, algo=None, model=DEFAULT_MODEL):
         known = ", ".join(sorted(table)) or "none"
         raise ValueError(f"unknown algorithm {algo!r} for {collective}; available: {known}")
     return algo
+
+
+def code(collective, world, nbytes, algo=None, model=DEFAULT_MODEL):
+    """The engine code of the algorithm `choose` returns."""
+    return REGISTRY[choose(collective, world, nbytes, algo, model)].CODE

@@ -11,6 +11,7 @@ WORLDS = [1, 2, 3, 4, 8]
 # Chunks are 64 KiB / accumulator size elements: these cross several chunk
 # boundaries with blocks of unequal length.
 LONG = 3 * 16384 + 5
+ALLREDUCE_ALGOS = ["ring", "direct", None]
 
 
 def allreduce_shapes(P):
@@ -23,7 +24,8 @@ def cases_for(P):
         for op in ops_for(dt):
             for shape in allreduce_shapes(P):
                 for inplace in (False, True):
-                    cases.append(("allreduce", shape, dt, op, inplace))
+                    for algo in ALLREDUCE_ALGOS:
+                        cases.append(("allreduce", shape, dt, op, inplace, algo))
             for shape in [(0,), (P,), (P * 7, 3)]:
                 cases.append(("reduce_scatter", shape, dt, op, False))
             cases.append(("reduce_scatter", (P * 5,), dt, op, True))
@@ -32,15 +34,16 @@ def cases_for(P):
         cases.append(("allgather", (5,), dt, None, True))
     for dt in ("float32", "int64", "float16", "uint8"):
         for op in ("sum", "max"):
-            cases.append(("allreduce", (LONG,), dt, op, False))
-            cases.append(("allreduce", (LONG + P,), dt, op, True))
+            for algo in ALLREDUCE_ALGOS:
+                cases.append(("allreduce", (LONG,), dt, op, False, algo))
+                cases.append(("allreduce", (LONG + P,), dt, op, True, algo))
             cases.append(("reduce_scatter", (P * (LONG // P),), dt, op, False))
         cases.append(("allgather", (LONG,), dt, None, False))
     return cases
 
 
 def expected(case, P, rank):
-    collective, shape, dt, op, _ = case
+    collective, shape, dt, op = case[:4]
     xs = [make_input(r, shape, dt, op or "sum") for r in range(P)]
     if collective == "allgather":
         return np.stack(xs) if xs[0].ndim else np.stack(xs).reshape(P)
@@ -53,7 +56,7 @@ def expected(case, P, rank):
 
 @pytest.mark.parametrize("P", WORLDS)
 def test_matrix_against_numpy(pools, P):
-    cases = [c if c[3] is not None else (c[0], c[1], c[2], "sum", c[4]) for c in cases_for(P)]
+    cases = [c if c[3] is not None else (c[0], c[1], c[2], "sum") + c[4:] for c in cases_for(P)]
     per_rank = pools(P).run(run_cases, cases)
     wrong = []
     for i, case in enumerate(cases):
@@ -98,8 +101,10 @@ def test_small_slots_stress_pipeline(monkeypatch):
     monkeypatch.setenv("SHMCOLL_SLOT_BYTES", "128")
     monkeypatch.setenv("SHMCOLL_SLOTS", "2")
     P = 3
-    cases = [("allreduce", (1001,), "float32", "sum", False),
-             ("allreduce", (1001,), "float16", "avg", True),
+    cases = [("allreduce", (1001,), "float32", "sum", False, "ring"),
+             ("allreduce", (1001,), "float16", "avg", True, "ring"),
+             ("allreduce", (1001,), "int32", "min", False, "direct"),
+             ("allreduce", (777,), "float64", "prod", True, "direct"),
              ("reduce_scatter", (P * 333,), "int64", "prod", False),
              ("allgather", (517,), "uint8", "sum", False)]
     per_rank = shmcoll.launch(rc, P, args=(cases,))

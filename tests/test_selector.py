@@ -20,6 +20,15 @@ def test_ring_reduce_scatter_and_allgather_costs():
     assert ring.cost("allreduce", 1, 1e9, M) == 0.0
 
 
+def test_direct_cost_and_crossover():
+    from shmcoll.algorithms import direct
+    assert direct.cost("allreduce", 4, 1e3, M) == pytest.approx(1e-6 + 6e3 * 1e-9 + 3e3 * 0.5e-9)
+    assert selector.choose("allreduce", 2, 8) == "direct"
+    assert selector.choose("allreduce", 2, 64 << 20) == "ring"
+    with pytest.raises(ValueError, match="unknown algorithm 'direct' for reduce_scatter"):
+        selector.choose("reduce_scatter", 4, 8, "direct")
+
+
 def test_choose_defaults_and_overrides():
     assert selector.choose("allreduce", 4, 1 << 20) == "ring"
     assert selector.choose("allreduce", 4, 1 << 20, "ring") == "ring"

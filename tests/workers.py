@@ -8,12 +8,12 @@ import numpy as np
 from reference import dtype_of, make_input
 
 
-def run_case(comm, collective, shape, dtype_name, op, inplace, seed=0):
+def run_case(comm, collective, shape, dtype_name, op, inplace, algo=None, seed=0):
     """Run one collective on this rank's deterministic input; return the result."""
     P, r = comm.world_size, comm.rank
     x = make_input(r, shape, dtype_name, op, seed)
     if collective == "allreduce":
-        return comm.allreduce(x, out=x if inplace else None, op=op)
+        return comm.allreduce(x, out=x if inplace else None, op=op, algo=algo)
     if collective == "reduce_scatter":
         if inplace:
             m = shape[0] // P

@@ -11,6 +11,7 @@ Implemented in C (csrc/sc_ring.c); costs from Thakur, Rabenseifner & Gropp (2005
 """
 
 NAME = "ring"
+CODE = 0
 DESCRIPTION = "bandwidth-optimal pipelined ring (ReduceScatter + AllGather)"
 COLLECTIVES = ("allreduce", "reduce_scatter", "allgather")
 

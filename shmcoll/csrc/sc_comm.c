@@ -144,9 +144,11 @@ sc_comm *sc_attach(void *base, size_t size, int rank, int world, uint64_t token,
     }
     sc_comm *c = calloc(1, sizeof(*c));
     sc_endpoint *eps = calloc(2 * (size_t)world, sizeof(sc_endpoint));
-    if (!c || !eps) {
+    char *scratch = malloc(2 * (size_t)h->slot_bytes);
+    if (!c || !eps || !scratch) {
         free(c);
         free(eps);
+        free(scratch);
         *status = SC_EINVAL;
         return NULL;
     }
@@ -161,12 +163,14 @@ sc_comm *sc_attach(void *base, size_t size, int rank, int world, uint64_t token,
     c->params = *wait;
     c->send = eps;
     c->recv = eps + world;
+    c->scratch = scratch;
     c->err_peer = -1;
 
     sc_rank_block *me = &c->ranks[rank];
     int32_t expected = SC_RANK_EMPTY;
     if (!atomic_compare_exchange_strong(&me->state, &expected, SC_RANK_ATTACHED)) {
         free(eps);
+        free(scratch);
         free(c);
         *status = SC_ERANKTAKEN;
         return NULL;
@@ -212,6 +216,7 @@ void sc_detach(sc_comm *c, int failed)
     }
     sc_signal(&me->barrier, c->barrier_seq);
     free(c->send);
+    free(c->scratch);
     free(c);
 }
 

@@ -75,6 +75,7 @@ struct sc_comm {
     sc_endpoint *send;   /* indexed by destination rank */
     sc_endpoint *recv;   /* indexed by source rank */
     uint64_t barrier_seq;
+    char *scratch;       /* 2 x slot_bytes of process-local accumulator space */
     int broken;
     int err_peer;
     const char *err_what;

@@ -61,6 +61,7 @@ void sc_segment_abort(void *base, size_t size);   /* the same, from a process th
 /* Collectives.  Sizes are element counts; pointers are C-contiguous buffers. */
 int sc_barrier(sc_comm *c);
 int sc_allreduce(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op);
+int sc_allreduce_direct(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op);
 int sc_reduce_scatter(sc_comm *c, const void *x, void *out, size_t count_per_rank, int dtype, int op);
 int sc_allgather(sc_comm *c, const void *x, void *out, size_t nbytes);
 
