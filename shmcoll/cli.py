@@ -69,7 +69,9 @@ def _info(argv):
         print(f"  {name:<8} {alg.DESCRIPTION}  [{', '.join(alg.COLLECTIVES)}]")
     print("settings:")
     for s in config.SETTINGS.values():
-        print(f"  {s.name:<20} = {s.value()!s:<10} (default {s.default})  {s.doc}")
+        value = s.value()
+        shown = "unset" if value is None else value
+        print(f"  {s.name:<20} = {shown!s:<10} {s.doc}")
     return 0
 
 

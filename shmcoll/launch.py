@@ -15,7 +15,7 @@ from multiprocessing.connection import wait
 
 from shmcoll import segment
 from shmcoll.config import EngineParams
-from shmcoll.errors import JobAbortedError, LaunchError
+from shmcoll.errors import JobAbortedError, LaunchError, PeerLostError
 
 _GRACE_S = 2.0
 
@@ -66,14 +66,16 @@ def _collect(procs, conns, seg):
         if deadline is None and any(status != "ok" for status, _ in outcomes.values()):
             seg.abort()     # survivors stop waiting for the failed rank at once
             deadline = _now() + _GRACE_S
-    failures = {r: text for r, (status, text) in outcomes.items() if status == "error"}
-    if not failures and len(outcomes) == len(procs) and not deadline:
+    if len(outcomes) == len(procs) and all(status == "ok" for status, _ in outcomes.values()):
         return [outcomes[r][1] for r in range(len(procs))]
+    # Name the ranks that failed first; ranks that only saw a peer fail are
+    # consequences and are named only when no first cause is known.
+    failures = {r: text for r, (status, text) in outcomes.items() if status == "error"}
+    if not failures:
+        failures = {r: text for r, (status, text) in outcomes.items() if status == "secondary"}
     for rank in range(len(procs)):
         if rank not in outcomes:
             failures[rank] = "did not finish: killed after another rank failed"
-        elif outcomes[rank][0] == "aborted" and not failures:
-            failures[rank] = "aborted"
     raise LaunchError(_format(failures), failures)
 
 
@@ -143,8 +145,8 @@ def _rank_main(fn, args, rank, world, name, token, params, conn):
         with comm:
             result = fn(comm, *args)
         conn.send(("ok", result))
-    except JobAbortedError:
-        conn.send(("aborted", None))
+    except (JobAbortedError, PeerLostError):
+        conn.send(("secondary", traceback.format_exc()))
         sys.exit(1)
     except BaseException:
         try:

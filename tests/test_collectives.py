@@ -42,9 +42,9 @@ def cases_for(P):
     return cases
 
 
-def expected(case, P, rank):
+def expected(case, P, rank, seed=0):
     collective, shape, dt, op = case[:4]
-    xs = [make_input(r, shape, dt, op or "sum") for r in range(P)]
+    xs = [make_input(r, shape, dt, op or "sum", seed) for r in range(P)]
     if collective == "allgather":
         return np.stack(xs) if xs[0].ndim else np.stack(xs).reshape(P)
     full = reduce_ref(xs, op, dt)

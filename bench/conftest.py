@@ -1,0 +1,81 @@
+"""Live ranks for the benchmarks: rank 0 is this pytest process, ranks 1..P-1 are
+mirror processes that repeat each benchmarked call, started once per session."""
+import os
+import secrets
+import subprocess
+import sys
+
+import pytest
+
+import shmcoll
+from shmcoll import selector
+from shmcoll.perf import bus_factor
+
+sys.path.insert(0, os.path.dirname(__file__))
+from mirror import build, exchange_command  # noqa: E402
+
+HERE = os.path.dirname(__file__)
+
+
+class Ranks:
+    def __init__(self, world):
+        job = "bench-" + secrets.token_hex(8)
+        env = dict(os.environ, SHMCOLL_JOB=job, SHMCOLL_WORLD_SIZE=str(world),
+                   PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(shmcoll.__file__)),
+                                               os.environ.get("PYTHONPATH", "")]))
+        self.mirrors = [subprocess.Popen([sys.executable, os.path.join(HERE, "mirror.py")],
+                                         env=dict(env, SHMCOLL_RANK=str(r)), cwd=HERE)
+                        for r in range(1, world)]
+        self.comm = shmcoll.init(rank=0, world_size=world, job=job)
+
+    def prepare(self, calls, **command):
+        """Tell the mirrors what to repeat `calls` times; return rank 0's case and call."""
+        exchange_command(self.comm, dict(command, calls=calls))
+        return build(self.comm, command)
+
+    def close(self):
+        exchange_command(self.comm, {"collective": "stop"})
+        self.comm.close()
+        for m in self.mirrors:
+            m.wait(60)
+
+
+_ranks = {}
+
+
+@pytest.fixture(scope="session")
+def ranks():
+    def get(world):
+        if world not in _ranks:
+            _ranks[world] = Ranks(world)
+        return _ranks[world]
+    yield get
+    for r in _ranks.values():
+        r.close()
+    _ranks.clear()
+
+
+def rounds_for(nbytes):
+    return max(5, min(200, int(2e7 // max(nbytes, 1))))
+
+
+@pytest.fixture
+def run_collective(ranks, benchmark):
+    """Benchmark one collective end to end; record size, P, algorithm and bandwidths."""
+    def run(world, collective, nbytes, dtype="float32", op="sum", algo=None, inplace=False):
+        rounds, warmup = rounds_for(nbytes), 2
+        # pytest-benchmark calls the target exactly warmup + rounds times, or once
+        # when disabled (--benchmark-disable): the mirrors repeat it as often.
+        calls = 1 if benchmark.disabled else rounds + warmup
+        case, call = ranks(world).prepare(calls, collective=collective, nbytes=nbytes,
+                                          dtype=dtype, op=op, algo=algo, inplace=inplace)
+        benchmark.pedantic(call, rounds=rounds, iterations=1, warmup_rounds=warmup)
+        benchmark.extra_info.update(
+            bytes=case.nbytes, world=world, dtype=dtype, op=op, inplace=inplace,
+            algorithm=selector.choose(collective, world, case.nbytes, algo))
+        if benchmark.stats is not None:
+            seconds = benchmark.stats.stats.median
+            algbw = case.nbytes / seconds / 1e9 if seconds else 0.0
+            benchmark.extra_info.update(algbw_GBs=algbw,
+                                        busbw_GBs=algbw * bus_factor(collective, world))
+    return run

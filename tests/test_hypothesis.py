@@ -1,0 +1,35 @@
+"""Random collectives, shapes, dtypes, ops and algorithms against the numpy reference."""
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from reference import ALL_DTYPES, bitwise_equal, ops_for  # noqa: E402
+from test_collectives import expected  # noqa: E402
+from workers import run_cases  # noqa: E402
+
+
+@st.composite
+def cases(draw, P):
+    collective = draw(st.sampled_from(["allreduce", "reduce_scatter", "allgather"]))
+    dt = draw(st.sampled_from(ALL_DTYPES))
+    op = draw(st.sampled_from(ops_for(dt))) if collective != "allgather" else "sum"
+    ndim = draw(st.integers(1 if collective == "reduce_scatter" else 0, 3))
+    shape = tuple(draw(st.lists(st.integers(0, 9), min_size=ndim, max_size=ndim)))
+    if collective == "reduce_scatter":
+        shape = (shape[0] * P,) + shape[1:]
+    inplace = draw(st.booleans()) and (collective != "reduce_scatter" or shape[0] > 0)
+    algo = draw(st.sampled_from([None, "auto", "ring", "direct"])) if collective == "allreduce" else None
+    return collective, shape, dt, op, inplace, algo, draw(st.integers(0, 2**16))
+
+
+@pytest.mark.parametrize("P", [2, 3, 5])
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_random_cases_match_numpy(pools, P, data):
+    batch = [data.draw(cases(P)) for _ in range(8)]
+    per_rank = pools(P).run(run_cases, batch)
+    for i, case in enumerate(batch):
+        for rank in range(P):
+            want = expected(case[:5], P, rank, seed=case[6])
+            assert bitwise_equal(per_rank[rank][i], want), (case, rank)
