@@ -42,7 +42,6 @@ cdef extern from "csrc/shmcoll.h" nogil:
                        const sc_params *wait, int *status, int *last)
     int sc_wait_attached(sc_comm *c)
     void sc_detach(sc_comm *c, int failed)
-    void sc_abort(sc_comm *c)
     void sc_segment_abort(void *base, size_t size)
     int sc_barrier(sc_comm *c)
     int sc_allreduce(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op)
@@ -96,10 +95,6 @@ cdef int dtype_code(cnp.ndarray a) except -1:
     if code < 0 or not cnp.PyArray_ISNOTSWAPPED(a):
         raise TypeError(f"unsupported dtype {a.dtype}; supported: {', '.join(SUPPORTED_DTYPES)}")
     return code
-
-
-def op_supported(int dtype_code, int op):
-    return bool(sc_op_supported(dtype_code, op))
 
 
 cdef cnp.ndarray as_input(object x):
@@ -367,10 +362,6 @@ cdef class Engine:
         if st:
             self._raise(st, "allgather")
         return oa
-
-    def abort(self):
-        if self.c != NULL:
-            sc_abort(self.c)
 
     def close(self, bint failed=False):
         if self.c != NULL:

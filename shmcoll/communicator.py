@@ -1,9 +1,7 @@
 """Communicator: argument checking and dispatch to the engine; no data loops here."""
-import os
-
 from shmcoll import _engine, segment, selector
 from shmcoll.config import EngineParams, get
-from shmcoll.errors import ClosedError, SegmentError
+from shmcoll.errors import SegmentError
 from shmcoll.ops import OP_CODES, op_code
 
 AUTO = -1   # the engine picks per message size through selector.code
@@ -28,11 +26,11 @@ class Communicator:
 
     def _algo(self, collective, algo):
         """Engine code of a named algorithm (validated once per name)."""
+        if not isinstance(algo, str):
+            raise ValueError(f"algo must be an algorithm name or None, got {algo!r}")
         key = (collective, algo)
         code = self._algo_codes.get(key)
         if code is None:
-            if not isinstance(algo, str):
-                raise ValueError(f"algo must be an algorithm name or None, got {algo!r}")
             # "auto" is validated here but chosen per message size by the engine
             code = selector.code(collective, self.world_size, 0, algo)
             code = self._algo_codes[key] = AUTO if algo == "auto" else code
@@ -41,8 +39,9 @@ class Communicator:
     # -- collectives -------------------------------------------------------
     def allreduce(self, x, out=None, op="sum", algo=None):
         """Reduce x over all ranks; every rank gets the result (same shape and dtype)."""
-        code = OP_CODES.get(op)
-        if code is None:
+        try:
+            code = OP_CODES[op]
+        except (KeyError, TypeError):
             code = op_code(op)
         if algo is None:
             return self._engine.allreduce(x, out, code)
@@ -51,8 +50,9 @@ class Communicator:
     def reduce_scatter(self, x, out=None, op="sum", algo=None):
         """Reduce x over all ranks; rank r gets rows [r*m, (r+1)*m) of the result,
         where m = x.shape[0] // world_size (x.shape[0] must be divisible)."""
-        code = OP_CODES.get(op)
-        if code is None:
+        try:
+            code = OP_CODES[op]
+        except (KeyError, TypeError):
             code = op_code(op)
         if algo is not None:
             self._algo("reduce_scatter", algo)

@@ -133,13 +133,17 @@ sc_comm *sc_attach(void *base, size_t size, int rank, int world, uint64_t token,
 {
     const sc_header *h = valid_header(base, size);
     *last = 0;
-    if (!h || h->token != token || (size_t)h->size != size || sc_segment_size(world, &(sc_params){
-            .slot_bytes = h->slot_bytes, .nslots = h->nslots}) > size) {
+    if (!h || h->token != token || (size_t)h->size != size) {
         *status = SC_ELAYOUT;
         return NULL;
     }
     if ((int)h->world != world || rank < 0 || rank >= world) {
         *status = SC_EINVAL;
+        return NULL;
+    }
+    sc_params layout = { .slot_bytes = h->slot_bytes, .nslots = h->nslots };
+    if (h->nslots < 2 || h->slot_bytes < 64 || sc_segment_size(world, &layout) > size) {
+        *status = SC_ELAYOUT;
         return NULL;
     }
     sc_comm *c = calloc(1, sizeof(*c));
@@ -190,11 +194,6 @@ sc_comm *sc_attach(void *base, size_t size, int rank, int world, uint64_t token,
 int sc_wait_attached(sc_comm *c)
 {
     return sc_wait_ge(c, &c->hdr->attached, (uint64_t)c->world, -1, "waiting for all ranks to attach", NULL);
-}
-
-void sc_abort(sc_comm *c)
-{
-    sc_signal(&c->hdr->abort, 1);
 }
 
 void sc_segment_abort(void *base, size_t size)

@@ -17,16 +17,25 @@ static inline float bf16_load(sc_bf16 v)
     return f;
 }
 
-/* Round to nearest even, as ml_dtypes does; NaN stays a (quiet) NaN. */
+/* Round to nearest even, as ml_dtypes does; NaN stays a (quiet) NaN.  Both
+ * candidates are computed and selected without a branch, so the loop vectorises. */
 static inline sc_bf16 bf16_store(float f)
 {
     uint32_t u;
     memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (sc_bf16)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (sc_bf16)(u >> 16);
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t quiet_nan = (u >> 16) | 0x40u;
+    return (sc_bf16)((u & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
 }
+
+/* float16 conversions are single instructions with F16C but a library call per
+ * element without it, so the kernels are also compiled for x86-64-v3 (AVX2, F16C)
+ * and the loader picks that clone on CPUs that have it. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#define SC_KERNEL __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define SC_KERNEL
+#endif
 
 #define LOAD_SAME(v) (v)
 #define LOAD_F16(v) ((float)(v))
@@ -50,7 +59,7 @@ static inline sc_bf16 bf16_store(float f)
     ((A)((v) / (A)(world) - (A)(((v) % (A)(world) != 0) & ((v) < 0))))
 
 #define DEFINE_FIRST(TN, T, A, LOAD)                                             \
-    static void first_##TN(void *acc, const void *x, size_t n)                  \
+    SC_KERNEL static void first_##TN(void *acc, const void *x, size_t n)                  \
     {                                                                            \
         A *restrict a = acc;                                                     \
         const T *restrict xs = x;                                                \
@@ -59,7 +68,7 @@ static inline sc_bf16 bf16_store(float f)
     }
 
 #define DEFINE_OP(TN, T, A, LOAD, STORE, OPN, COMBINE, FINISH)                   \
-    static void mid_##TN##_##OPN(void *acc_out, const void *acc_in, const void *x, size_t n) \
+    SC_KERNEL static void mid_##TN##_##OPN(void *acc_out, const void *acc_in, const void *x, size_t n) \
     {                                                                            \
         A *restrict o = acc_out;                                                 \
         const A *restrict in = acc_in;                                           \
@@ -69,7 +78,7 @@ static inline sc_bf16 bf16_store(float f)
             o[i] = (A)COMBINE(a, b);                                             \
         }                                                                        \
     }                                                                            \
-    static void last_##TN##_##OPN(void *out, const void *acc_in, const void *x, size_t n, int world) \
+    SC_KERNEL static void last_##TN##_##OPN(void *out, const void *acc_in, const void *x, size_t n, int world) \
     {                                                                            \
         T *o = out;                                                              \
         const A *restrict in = acc_in;                                           \
