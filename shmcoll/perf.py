@@ -69,9 +69,22 @@ def time_calls(comm, call, iters, warmup):
     return float(comm.allgather(np.array([mean]))[:, 0].max())
 
 
-def rank_input(rank, count, dtype):
-    """Varied, exactly representable values (small integers) so sums check exactly."""
-    return ((np.arange(count, dtype=np.int64) * 7 + rank * 3) % 11 + 1).astype(dtype)
+CHECK_BLOCK = 1 << 20   # elements compared at a time: the check needs O(P x block) memory
+
+
+def rank_input(rank, count, dtype, start=0):
+    """Elements [start, start+count) of a rank's input: varied small integers, exactly
+    representable in every dtype, so that sums check exactly."""
+    i = np.arange(start, start + count, dtype=np.int64)
+    return ((i * 7 + rank * 3) % 11 + 1).astype(dtype)
+
+
+def fill_input(x, rank):
+    """x[...] = rank_input(rank, x.size), a block at a time (no full-size temporaries)."""
+    flat = x.reshape(-1)
+    for s in range(0, flat.size, CHECK_BLOCK):
+        n = min(CHECK_BLOCK, flat.size - s)
+        flat[s:s + n] = rank_input(rank, n, x.dtype, s)
 
 
 _REDUCERS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "min": np.minimum,
@@ -79,12 +92,10 @@ _REDUCERS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "min": np.minimu
              "bxor": np.bitwise_xor}
 
 
-def reference(collective, world, count, dtype, op):
-    """What every rank's inputs reduce to, by numpy (floats in float64, checked with
-    a tolerance; integers in their own type, wrapping, checked exactly)."""
-    xs = np.stack([rank_input(r, count, dtype) for r in range(world)])
-    if collective == "allgather":
-        return xs
+def reduced_block(world, start, count, dtype, op):
+    """Elements [start, start+count) of the reduction of every rank's input, by numpy
+    (floats in float64 and compared with a tolerance; integers wrap like the engine)."""
+    xs = np.stack([rank_input(r, count, dtype, start) for r in range(world)])
     integer = np.dtype(dtype).kind in "iu"
     acc = xs if integer else xs.astype(np.float64)
     res = _REDUCERS[op].reduce(acc, axis=0, dtype=acc.dtype)
@@ -128,8 +139,8 @@ class Case:
             count -= count % P
         self.count, self.dtype = count, np.dtype(dtype)
         per_rank = count // P if collective == "allgather" else count
-        self.x = rank_input(comm.rank, per_rank, dtype)
-        self.x0 = self.x.copy()
+        self.x = np.empty(per_rank, dtype)
+        fill_input(self.x, comm.rank)
         out_shape = {"allreduce": (count,), "reduce_scatter": (count // P,),
                      "allgather": (P, per_rank)}[collective]
         self.out = np.empty(out_shape, dtype)
@@ -157,17 +168,22 @@ class Case:
         return lambda: c.allgather(x, out, algo)
 
     def check(self, inplace):
-        """Run once on fresh inputs and count wrong elements against numpy."""
-        self.x[...] = self.x0
-        got = self.call(inplace)().copy()
-        self.x[...] = self.x0
+        """Run once on fresh inputs and count wrong elements against numpy, block by
+        block so that checking a 1 GiB message needs no more than a few MiB."""
         P, r = self.comm.world_size, self.comm.rank
-        per_rank = self.count // P if self.collective == "allgather" else self.count
-        want = reference(self.collective, P, per_rank, self.dtype, self.op)
-        if self.collective == "reduce_scatter":
+        fill_input(self.x, r)
+        got = self.call(inplace)().reshape(-1)
+        if self.collective == "allgather":
             m = self.count // P
-            want = want[r * m:(r + 1) * m]
-        return count_wrong(got, want)
+            expect = lambda start, n: rank_input(start // m, n, self.dtype, start % m)
+            blocks = [(q * m + s, min(CHECK_BLOCK, m - s)) for q in range(P) for s in range(0, m, CHECK_BLOCK)]
+        else:
+            lo = r * (self.count // P) if self.collective == "reduce_scatter" else 0
+            expect = lambda start, n: reduced_block(P, lo + start, n, self.dtype, self.op)
+            blocks = [(s, min(CHECK_BLOCK, got.size - s)) for s in range(0, got.size, CHECK_BLOCK)]
+        wrong = sum(count_wrong(got[s:s + n], expect(s, n)) for s, n in blocks)
+        fill_input(self.x, r)
+        return wrong
 
 
 def run_size(comm, collective, nbytes, dtype, op, algo, iters, warmup, check, inplace):

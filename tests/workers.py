@@ -126,3 +126,24 @@ LOCAL_BAD_CALLS = {
 def expect_local_error(comm, name):
     method, args, kwargs = LOCAL_BAD_CALLS[name]()
     return expect_error(comm, method, args, kwargs)
+
+
+def cpu_while_waiting(comm, sleeper, seconds):
+    """CPU seconds this rank spent inside an allreduce that waited `seconds` for `sleeper`."""
+    x = np.ones(16, np.float32)
+    comm.allreduce(x)
+    if comm.rank == sleeper:
+        time.sleep(seconds)
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    comm.allreduce(x)
+    return time.process_time() - cpu0, time.monotonic() - wall0
+
+
+def allreduce_loop(comm, count, iters):
+    x = np.full(count, comm.rank + 1.0, np.float32)
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    for _ in range(iters):
+        y = comm.allreduce(x)
+    P = comm.world_size
+    ok = bool(np.all(y == P * (P + 1) / 2))
+    return ok, time.process_time() - cpu0, time.monotonic() - wall0
