@@ -35,7 +35,7 @@ SETTINGS = {s.name: s for s in (
             "then hold the core its peer needs)."),
     Setting("SHMCOLL_YIELD_US", float, 2000.0,
             "Microseconds of sched_yield() polling after spinning, before sleeping on a futex."),
-    Setting("SHMCOLL_SLOT_BYTES", int, 64 << 10,
+    Setting("SHMCOLL_SLOT_BYTES", int, 256 << 10,
             "Bytes per ring-buffer slot: the pipelining chunk of the ring algorithms."),
     Setting("SHMCOLL_SLOTS", int, 4,
             "Slots per channel (>= 2); a channel holds SLOTS x SLOT_BYTES."),

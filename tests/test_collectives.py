@@ -8,9 +8,11 @@ from reference import (ALL_DTYPES, FLOAT_DTYPES, bitwise_equal, make_input, ops_
 from workers import run_cases, float_sum_random
 
 WORLDS = [1, 2, 3, 4, 8]
-# Chunks are 64 KiB / accumulator size elements: these cross several chunk
-# boundaries with blocks of unequal length.
-LONG = 3 * 16384 + 5
+from shmcoll.config import SETTINGS  # noqa: E402
+
+# A chunk is one slot of accumulator elements: LONG crosses chunk boundaries
+# (twice for 4-byte accumulators) with blocks of unequal length.
+LONG = 2 * SETTINGS["SHMCOLL_SLOT_BYTES"].default // 4 + 5
 ALLREDUCE_ALGOS = ["ring", "direct", None]
 
 
