@@ -10,10 +10,14 @@ from shmcoll.algorithms import REGISTRY
 
 @dataclass(frozen=True)
 class CostModel:
-    """α: seconds per message, β: seconds per byte moved, γ: seconds per byte reduced."""
+    """α: seconds per message, β: seconds per byte moved, γ: seconds per byte reduced.
+
+    The defaults put the direct/ring crossover near 2 KiB at P = 2 and 4, where
+    `shmcoll perf --algo ring|direct` sweeps put it on a 2-core VM.
+    """
     alpha: float = 1e-6
-    beta: float = 1.0 / 5e9
-    gamma: float = 1.0 / 10e9
+    beta: float = 1.0 / 2.5e9
+    gamma: float = 1.0 / 5e9
 
 
 DEFAULT_MODEL = CostModel()
