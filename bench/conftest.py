@@ -9,7 +9,7 @@ import pytest
 
 import shmcoll
 from shmcoll import selector
-from shmcoll.perf import bus_factor
+from shmcoll.perf import bus_factor, copy_reference_seconds
 
 sys.path.insert(0, os.path.dirname(__file__))
 from mirror import build, exchange_command  # noqa: E402
@@ -56,7 +56,8 @@ def ranks():
 
 
 def rounds_for(nbytes):
-    return max(5, min(200, int(2e7 // max(nbytes, 1))))
+    """About 0.1 s of traffic per benchmark, at least 20 rounds, at most 2000."""
+    return max(20, min(2000, int(2e8 // max(nbytes, 1))))
 
 
 @pytest.fixture
@@ -64,6 +65,7 @@ def run_collective(ranks, benchmark):
     """Benchmark one collective end to end; record size, P, algorithm and bandwidths."""
     def run(world, collective, nbytes, dtype="float32", op="sum", algo=None, inplace=False):
         rounds, warmup = rounds_for(nbytes), 2
+        reference = None if benchmark.disabled else copy_reference_seconds(nbytes)
         # pytest-benchmark calls the target exactly warmup + rounds times, or once
         # when disabled (--benchmark-disable): the mirrors repeat it as often.
         calls = 1 if benchmark.disabled else rounds + warmup
@@ -77,5 +79,6 @@ def run_collective(ranks, benchmark):
             seconds = benchmark.stats.stats.median
             algbw = case.nbytes / seconds / 1e9 if seconds else 0.0
             benchmark.extra_info.update(algbw_GBs=algbw,
-                                        busbw_GBs=algbw * bus_factor(collective, world))
+                                        busbw_GBs=algbw * bus_factor(collective, world),
+                                        reference_s=reference, ratio=seconds / reference)
     return run

@@ -1,7 +1,11 @@
-"""pytest-benchmark suite: every collective x algorithm x size x P, between live ranks.
+"""pytest-benchmark suite: every collective x algorithm (and the automatic choice)
+x size x P, between live ranks.  Each benchmark also records, in extra_info, the
+median time divided by a memcpy of the same bytes measured in the same run
+("ratio"), which `shmcoll bench-compare` compares between runs.
 
     pytest bench --benchmark-autosave                 # save a baseline
     pytest bench --benchmark-compare --benchmark-compare-fail=median:15%
+    shmcoll bench-compare --threshold 15              # the last two saved runs, normalised
 """
 import pytest
 
@@ -12,7 +16,8 @@ WORLDS = [2, 4]
 
 
 def algorithms(collective):
-    return [name for name, alg in REGISTRY.items() if collective in alg.COLLECTIVES]
+    """Every algorithm implementing the collective, and "auto" (the selector's choice)."""
+    return [name for name, alg in REGISTRY.items() if collective in alg.COLLECTIVES] + ["auto"]
 
 
 PARAMS = [(c, a) for c in ("allreduce", "reduce_scatter", "allgather") for a in algorithms(c)]

@@ -57,6 +57,12 @@ def _validate_perf(parser, opts):
         opts.dtype = np.dtype(ml_dtypes.bfloat16)
 
 
+@subcommand("bench-compare", "compare two saved benchmark runs, normalised by memcpy")
+def _bench_compare(argv):
+    from shmcoll import benchcmp
+    return benchcmp.main(argv)
+
+
 @subcommand("info", "build, settings and algorithms in force")
 def _info(argv):
     from shmcoll import config, __version__, _engine

@@ -17,12 +17,17 @@ class Communicator:
     and dtype, and ``out=x`` (allreduce) works in place.
     """
 
-    def __init__(self, engine):
+    def __init__(self, engine, overrides=None):
         self._engine = engine
         self.rank = engine.rank
         self.world_size = engine.world_size
-        engine.choose = selector.code
+        self._overrides = dict(overrides or {})
+        engine.choose = self._choose
         self._algo_codes = {}
+
+    def _choose(self, collective, world, nbytes):
+        """The engine's auto choice: SHMCOLL_ALGO override, else the cost model."""
+        return selector.code(collective, world, nbytes, overrides=self._overrides)
 
     def _algo(self, collective, algo):
         """Engine code of a named algorithm (validated once per name)."""
@@ -98,6 +103,7 @@ class Communicator:
 
 def _join(seg, name, rank, world, token, params):
     """Attach to a mapped segment, wait for every rank, then unlink the name."""
+    overrides = selector.parse_overrides(get("SHMCOLL_ALGO"))
     engine = _engine.Engine(seg, rank, world, token, params)
     try:
         if engine.completed_attach:
@@ -107,7 +113,7 @@ def _join(seg, name, rank, world, token, params):
         engine.close(failed=True)
         segment.unlink(name)
         raise
-    return Communicator(engine)
+    return Communicator(engine, overrides)
 
 
 def attach(name, rank, world, token, params):

@@ -42,6 +42,9 @@ SETTINGS = {s.name: s for s in (
     Setting("SHMCOLL_STREAM_BYTES", int, 8 << 20,
             "Results of at least this many bytes are written with streaming (non-temporal) "
             "stores, which skip reading the destination into the cache; 0 disables."),
+    Setting("SHMCOLL_ALGO", str, "",
+            "Force algorithms instead of the cost model: 'ring', or per collective "
+            "'allreduce:direct;allgather:ring'.  An explicit algo= argument still wins."),
     Setting("SHMCOLL_RANK", int, None, "Join mode: this process's rank (shmcoll.init)."),
     Setting("SHMCOLL_WORLD_SIZE", int, None, "Join mode: number of ranks (shmcoll.init)."),
     Setting("SHMCOLL_JOB", str, None,

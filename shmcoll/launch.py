@@ -13,8 +13,8 @@ import sys
 import traceback
 from multiprocessing.connection import wait
 
-from shmcoll import segment
-from shmcoll.config import EngineParams
+from shmcoll import segment, selector
+from shmcoll.config import EngineParams, get
 from shmcoll.errors import JobAbortedError, LaunchError, PeerLostError
 
 _GRACE_S = 2.0
@@ -30,6 +30,7 @@ def launch(fn, nprocs, args=(), timeout=None):
     if nprocs < 1:
         raise ValueError(f"nprocs must be >= 1, got {nprocs}")
     params = EngineParams.from_env(nprocs, timeout)
+    selector.parse_overrides(get("SHMCOLL_ALGO"))     # a bad value fails here, not in N ranks
     name, token = segment.launch_identity()
     seg = segment.create(name, nprocs, params, token)
     ctx = mp.get_context("spawn")

@@ -72,6 +72,25 @@ def time_calls(comm, call, iters, warmup):
 CHECK_BLOCK = 1 << 20   # elements compared at a time: the check needs O(P x block) memory
 
 
+def copy_reference_seconds(nbytes, budget=0.02):
+    """Median seconds of one memcpy of `nbytes` on this core, measured now.
+
+    Benchmarks divide by it: a slower or busier machine slows the copy and the
+    collective alike, so the ratio drifts less between runs than either time.
+    """
+    src = np.ones(max(nbytes, 8), np.uint8)
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    calls = max(1, min(10000, int(budget * 5e9 / max(nbytes, 1) / 7)))
+    samples = []
+    for _ in range(7):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            np.copyto(dst, src)
+        samples.append((time.perf_counter() - t0) / calls)
+    return float(np.median(samples))
+
+
 def rank_input(rank, count, dtype, start=0):
     """Elements [start, start+count) of a rank's input: varied small integers, exactly
     representable in every dtype, so that sums check exactly."""

@@ -2,10 +2,17 @@
 
 Every rank evaluates the same pure function of (collective, bytes, world size), so
 every rank reaches the same decision without exchanging a message.
+
+Overrides (SHMCOLL_ALGO) use one grammar: entries separated by ';' or ',', each
+either ``ALGO`` (every collective that has it) or ``COLLECTIVE:ALGO``, e.g.
+``"ring"`` or ``"allreduce:direct;allgather:ring"``.  A per-collective entry wins
+over a plain one; an unknown name is an error.
 """
 from dataclasses import dataclass
 
 from shmcoll.algorithms import REGISTRY
+
+COLLECTIVES = tuple(sorted({c for alg in REGISTRY.values() for c in alg.COLLECTIVES}))
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,29 @@ def choose(collective, world, nbytes, algo=None, model=DEFAULT_MODEL):
     return algo
 
 
-def code(collective, world, nbytes, algo=None, model=DEFAULT_MODEL):
-    """The engine code of the algorithm `choose` returns."""
+def code(collective, world, nbytes, algo=None, model=DEFAULT_MODEL, overrides=None):
+    """The engine code of the algorithm to run: `algo` if given, else the override
+    for this collective, else the cheapest modelled."""
+    if algo is None and overrides:
+        algo = overrides.get(collective)
     return REGISTRY[choose(collective, world, nbytes, algo, model)].CODE
+
+
+def parse_overrides(text):
+    """SHMCOLL_ALGO text -> {collective: algorithm}; raises ValueError on unknown names."""
+    plain, specific = {}, {}
+    for entry in filter(None, (e.strip() for e in (text or "").replace(",", ";").split(";"))):
+        collective, _, name = entry.rpartition(":")
+        collective, name = collective.strip(), name.strip()
+        if name not in REGISTRY:
+            raise ValueError(f"SHMCOLL_ALGO: unknown algorithm {name!r} in {entry!r}; "
+                             f"known: {', '.join(sorted(REGISTRY))}")
+        if collective:
+            if collective not in COLLECTIVES:
+                raise ValueError(f"SHMCOLL_ALGO: unknown collective {collective!r} in {entry!r}")
+            if collective not in REGISTRY[name].COLLECTIVES:
+                raise ValueError(f"SHMCOLL_ALGO: {name} does not implement {collective}")
+            specific[collective] = name
+        else:
+            plain.update({c: name for c in REGISTRY[name].COLLECTIVES})
+    return {**plain, **specific}

@@ -70,3 +70,12 @@ def test_bad_nprocs():
 def test_unpicklable_function_is_reported(no_rank_left):
     with pytest.raises(Exception):
         shmcoll.launch(lambda comm: 1, 1)
+
+
+def test_algorithm_override_from_the_environment(monkeypatch):
+    from workers import chosen_algorithms
+    monkeypatch.setenv("SHMCOLL_ALGO", "allreduce:direct")
+    assert shmcoll.launch(chosen_algorithms, 2) == [[1, 1]] * 2
+    monkeypatch.setenv("SHMCOLL_ALGO", "allreduce:bogus")
+    with pytest.raises(ValueError, match="bogus"):
+        shmcoll.launch(rank_and_size, 2)

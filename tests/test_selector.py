@@ -35,3 +35,23 @@ def test_choose_defaults_and_overrides():
     assert selector.choose("allreduce", 4, 1 << 20, "auto") == "ring"
     with pytest.raises(ValueError, match="unknown algorithm 'tree'"):
         selector.choose("allreduce", 4, 8, "tree")
+
+
+def test_override_grammar():
+    parse = selector.parse_overrides
+    assert parse("") == {} and parse(None) == {}
+    assert parse("ring") == {"allreduce": "ring", "reduce_scatter": "ring", "allgather": "ring"}
+    assert parse("allreduce:direct") == {"allreduce": "direct"}
+    # a per-collective entry wins over a plain one, whatever the order
+    assert parse("allreduce:direct; ring")["allreduce"] == "direct"
+    assert parse("ring,allreduce:direct")["allgather"] == "ring"
+    for bad in ("tree", "allreduce:tree", "broadcastx:ring", "reduce_scatter:direct"):
+        with pytest.raises(ValueError, match="SHMCOLL_ALGO"):
+            parse(bad)
+
+
+def test_override_applies_only_to_auto_choices():
+    over = {"allreduce": "direct"}
+    assert selector.code("allreduce", 4, 64 << 20, overrides=over) == 1
+    assert selector.code("allreduce", 4, 64 << 20, "ring", overrides=over) == 0
+    assert selector.code("allreduce", 4, 64 << 20) == 0

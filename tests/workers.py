@@ -147,3 +147,8 @@ def allreduce_loop(comm, count, iters):
     P = comm.world_size
     ok = bool(np.all(y == P * (P + 1) / 2))
     return ok, time.process_time() - cpu0, time.monotonic() - wall0
+
+
+def chosen_algorithms(comm):
+    """The engine codes the communicator picks for a small and a large allreduce."""
+    return [comm._choose("allreduce", comm.world_size, n) for n in (8, 64 << 20)]
