@@ -8,8 +8,8 @@ from libc.stdint cimport uint64_t, uintptr_t
 cimport numpy as cnp
 import numpy as np
 
-from shmcoll.errors import (PeerLostError, JobAbortedError, SegmentError,
-                            CommunicatorBrokenError, TimeoutError as ShmTimeoutError)
+from shmcoll.errors import (ClosedError, CommunicatorBrokenError, JobAbortedError,
+                            PeerLostError, SegmentError, TimeoutError as ShmTimeoutError)
 
 cnp.import_array()
 
@@ -244,10 +244,10 @@ cdef class Engine:
                 f"{what}: an earlier collective failed on this communicator; it is unusable")
         raise ValueError(f"{what}: invalid arguments (status {status})")
 
-    cdef inline void _live(self) except *:
+    cdef inline int _live(self) except -1:
         if self.c == NULL:
-            from shmcoll.errors import ClosedError
             raise ClosedError("the communicator is closed")
+        return 0
 
     def wait_attached(self):
         self._live()
