@@ -26,9 +26,10 @@ cdef extern from "csrc/shmcoll.h" nogil:
         uint64_t slot_bytes
         unsigned int nslots
         uint64_t stream_bytes
+        int (*interrupted)() noexcept
     enum:
         SC_OK, SC_ETIMEDOUT, SC_EPEERLOST, SC_EABORTED, SC_EINVAL, SC_ELAYOUT,
-        SC_ERANKTAKEN, SC_EBROKEN
+        SC_ERANKTAKEN, SC_EBROKEN, SC_EINTR
     enum:
         SC_INT8, SC_UINT8, SC_INT16, SC_UINT16, SC_INT32, SC_UINT32, SC_INT64,
         SC_UINT64, SC_FLOAT16, SC_BFLOAT16, SC_FLOAT32, SC_FLOAT64, SC_NDTYPES
@@ -174,6 +175,20 @@ def segment_size(int world, params):
     return sc_segment_size(world, &p)
 
 
+cdef extern from "Python.h":
+    # Declared without an exception clause: the exception a signal handler raises
+    # must stay set until the collective returns and re-raises it.
+    int check_signals "PyErr_CheckSignals"()
+
+
+cdef int _interrupted() noexcept nogil:
+    """Run Python's signal handlers from inside a long wait (main thread only)."""
+    cdef int raised
+    with gil:
+        raised = check_signals()
+    return raised != 0
+
+
 cdef sc_params _params(object params) except *:
     cdef sc_params p
     p.timeout_s = params.timeout
@@ -182,6 +197,7 @@ cdef sc_params _params(object params) except *:
     p.slot_bytes = params.slot_bytes
     p.nslots = params.nslots
     p.stream_bytes = params.stream_bytes
+    p.interrupted = _interrupted
     return p
 
 
@@ -228,6 +244,8 @@ cdef class Engine:
         self._auto_allreduce = {}
 
     cdef int _raise(self, int status, str what) except -1:
+        if status == SC_EINTR:
+            return -1       # the handler's exception (KeyboardInterrupt...) is pending
         peer = sc_error_peer(self.c)
         where = sc_error_what(self.c).decode()
         who = f" rank {peer}" if peer >= 0 else ""

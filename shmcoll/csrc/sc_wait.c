@@ -5,8 +5,9 @@
  * (SHMCOLL_SPIN_US / SHMCOLL_YIELD_US tune the phases).  Spinning is right while the peer is
  * running on another core; once ranks outnumber cores the peer we wait for may be
  * queued behind us, so we yield the core to it, and after a longer wait we sleep so
- * that an idle rank costs no CPU at all.  Liveness of the peer and the job-wide
- * abort flag are checked whenever we wake from a sleep slice. */
+ * that an idle rank costs no CPU at all.  Liveness of the peer, the job-wide
+ * abort flag and pending signals (Ctrl-C) are checked whenever we wake from a
+ * sleep slice, so a long wait stays interruptible. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
@@ -120,6 +121,8 @@ int sc_wait_ge(sc_comm *c, sc_flag *f, uint64_t target, int peer, const char *wh
             goto done;
         if (atomic_load_explicit(&c->hdr->abort.value, memory_order_acquire))
             return fail(c, SC_EABORTED, peer, what);
+        if (c->params.interrupted && c->params.interrupted())
+            return fail(c, SC_EINTR, peer, what);
         if (peer_gone(c, peer))
             return fail(c, SC_EPEERLOST, peer, what);
         if (sc_now_ns() >= deadline)

@@ -18,6 +18,7 @@ typedef enum sc_status {
     SC_ELAYOUT = 5,     /* the segment is not a shmcoll segment of this version/job */
     SC_ERANKTAKEN = 6,  /* another live process already holds this rank */
     SC_EBROKEN = 7,     /* an earlier collective failed half-way; the stream is unusable */
+    SC_EINTR = 8,       /* params.interrupted() asked to stop (a signal handler raised) */
 } sc_status;
 
 /* Order matters: the Cython layer maps numpy dtypes onto these codes. */
@@ -37,6 +38,7 @@ typedef struct sc_params {
     uint64_t slot_bytes;  /* bytes per ring-buffer slot (the pipelining chunk) */
     uint32_t nslots;      /* slots per channel; >= 2 keeps the ring deadlock-free */
     uint64_t stream_bytes; /* outputs this large are written with streaming stores (0: never) */
+    int (*interrupted)(void); /* polled while asleep; non-zero abandons the wait (may be NULL) */
 } sc_params;
 
 typedef struct sc_comm sc_comm;
