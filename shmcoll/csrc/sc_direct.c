@@ -69,21 +69,15 @@ static int reduce_chunk(sc_comm *c, const sc_kernels *k, const char *own, char *
 
 int sc_allreduce_direct(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op)
 {
-    const sc_kernels *k = sc_kernels_for(dtype, op);
-    if (!k)
-        return SC_EINVAL;
-    if (c->broken)
-        return SC_EBROKEN;
-    if (c->world == 1) {
-        if (out != x)
-            memmove(out, x, count * k->itemsize);
-        return SC_OK;
-    }
+    const sc_kernels *k;
+    int done, st = sc_begin_reduction(c, x, out, count, dtype, op, &k, &done);
+    if (st != SC_OK || done)
+        return st;
     size_t chunk = c->slot_bytes / k->accsize;
     for (size_t start = 0; start < count; start += chunk) {
         size_t n = count - start < chunk ? count - start : chunk;
         const char *own = (const char *)x + start * k->itemsize;
-        int st = publish(c, own, n * k->itemsize);
+        st = publish(c, own, n * k->itemsize);
         if (st == SC_OK)
             st = reduce_chunk(c, k, own, (char *)out + start * k->itemsize, n);
         if (st != SC_OK) {

@@ -92,6 +92,12 @@ int sc_wait_ge(sc_comm *c, sc_flag *f, uint64_t target, int peer, const char *wh
 void sc_signal(sc_flag *f, uint64_t value);
 uint64_t sc_now_ns(void);
 
+/* Entry of every reducing collective (sc_comm.c): resolves the kernels, refuses a
+ * broken communicator, and completes the call itself when world == 1 (*done). */
+struct sc_kernels;
+int sc_begin_reduction(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op,
+                       const struct sc_kernels **k, int *done);
+
 /* Channel operations (sc_comm.c). */
 int sc_send_acquire(sc_comm *c, sc_endpoint *e, void **slot);
 void sc_send_commit(sc_endpoint *e);

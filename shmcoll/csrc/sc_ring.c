@@ -170,16 +170,10 @@ static int use_stream(const sc_comm *c, size_t out_bytes)
 
 int sc_allreduce(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op)
 {
-    const sc_kernels *k = sc_kernels_for(dtype, op);
-    if (!k)
-        return SC_EINVAL;
-    if (c->broken)
-        return SC_EBROKEN;
-    if (c->world == 1) {
-        if (out != x)
-            memmove(out, x, count * k->itemsize);
-        return SC_OK;
-    }
+    const sc_kernels *k;
+    int done, st = sc_begin_reduction(c, x, out, count, dtype, op, &k, &done);
+    if (st != SC_OK || done)
+        return st;
     size_t roff, rlen;
     block_range(count, c->world, c->rank, &roff, &rlen);
     ring_plan p = { c, x, out, (char *)out + roff * k->itemsize, count,
@@ -189,37 +183,26 @@ int sc_allreduce(sc_comm *c, const void *x, void *out, size_t count, int dtype, 
     ring_plan ag = p;
     ag.x = p.final;
     size_t n = rounds(&p);
-    for (size_t i = 0; i < n; i++) {
-        int st = rs_round(&p, i, 1);
+    for (size_t i = 0; i < n && st == SC_OK; i++) {
+        st = rs_round(&p, i, 1);
         if (st == SC_OK)
             st = ag_round(&ag, i, 1);
-        if (st != SC_OK)
-            return finish(c, st);
     }
-    return finish(c, SC_OK);
+    return finish(c, st);
 }
 
 int sc_reduce_scatter(sc_comm *c, const void *x, void *out, size_t count_per_rank, int dtype, int op)
 {
-    const sc_kernels *k = sc_kernels_for(dtype, op);
-    if (!k)
-        return SC_EINVAL;
-    if (c->broken)
-        return SC_EBROKEN;
-    if (c->world == 1) {
-        if (out != x)
-            memmove(out, x, count_per_rank * k->itemsize);
-        return SC_OK;
-    }
+    const sc_kernels *k;
+    int done, st = sc_begin_reduction(c, x, out, count_per_rank, dtype, op, &k, &done);
+    if (st != SC_OK || done)
+        return st;
     ring_plan p = { c, x, NULL, out, count_per_rank * (size_t)c->world,
                     chunk_elems(c, k->accsize), k->itemsize, k, op, 0 };
     size_t n = rounds(&p);
-    for (size_t i = 0; i < n; i++) {
-        int st = rs_round(&p, i, 0);
-        if (st != SC_OK)
-            return finish(c, st);
-    }
-    return SC_OK;
+    for (size_t i = 0; i < n && st == SC_OK; i++)
+        st = rs_round(&p, i, 0);
+    return finish(c, st);
 }
 
 int sc_allgather(sc_comm *c, const void *x, void *out, size_t nbytes)
@@ -236,10 +219,8 @@ int sc_allgather(sc_comm *c, const void *x, void *out, size_t nbytes)
     ring_plan p = { c, x, out, NULL, nbytes * (size_t)c->world, chunk_elems(c, 1), 1, NULL, 0,
                     use_stream(c, nbytes * (size_t)c->world) };
     size_t n = rounds(&p);
-    for (size_t i = 0; i < n; i++) {
-        int st = ag_round(&p, i, 0);
-        if (st != SC_OK)
-            return finish(c, st);
-    }
-    return finish(c, SC_OK);
+    int st = SC_OK;
+    for (size_t i = 0; i < n && st == SC_OK; i++)
+        st = ag_round(&p, i, 0);
+    return finish(c, st);
 }
