@@ -17,7 +17,7 @@ engine = Extension(
     "shmcoll._engine",
     sources=["shmcoll/_engine.pyx", "shmcoll/csrc/sc_comm.c", "shmcoll/csrc/sc_wait.c",
              "shmcoll/csrc/sc_reduce.c", "shmcoll/csrc/sc_ring.c",
-             "shmcoll/csrc/sc_direct.c"],
+             "shmcoll/csrc/sc_direct.c", "shmcoll/csrc/sc_call.c"],
     depends=[str(p) for p in Path("shmcoll/csrc").glob("*.h")],
     include_dirs=[numpy.get_include(), "shmcoll/csrc"],
     extra_compile_args=common + optimise,

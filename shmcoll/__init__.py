@@ -11,7 +11,8 @@
 """
 from shmcoll.communicator import Communicator, init
 from shmcoll.errors import (ClosedError, CommunicatorBrokenError, JobAbortedError, LaunchError,
-                            PeerLostError, SegmentError, ShmcollError, TimeoutError)
+                            MismatchError, PeerLostError, SegmentError, ShmcollError,
+                            TimeoutError)
 from shmcoll.launch import launch
 from shmcoll.ops import ReduceOp
 
@@ -19,6 +20,6 @@ __version__ = "0.1.0"
 
 __all__ = [
     "launch", "init", "Communicator", "ReduceOp", "ShmcollError", "TimeoutError",
-    "PeerLostError", "JobAbortedError", "CommunicatorBrokenError", "ClosedError",
+    "PeerLostError", "MismatchError", "JobAbortedError", "CommunicatorBrokenError", "ClosedError",
     "SegmentError", "LaunchError", "__version__",
 ]

@@ -4,12 +4,13 @@
 Each collective resolves its buffers once (numpy C-API, no Python per chunk), drops
 the GIL for a single C call, and turns the C status into an exception here.
 """
-from libc.stdint cimport uint64_t, uintptr_t
+from libc.stdint cimport int64_t, uint64_t, uintptr_t
 cimport numpy as cnp
 import numpy as np
 
 from shmcoll.errors import (ClosedError, CommunicatorBrokenError, JobAbortedError,
-                            PeerLostError, SegmentError, TimeoutError as ShmTimeoutError)
+                            MismatchError, PeerLostError, SegmentError,
+                            TimeoutError as ShmTimeoutError)
 
 cnp.import_array()
 
@@ -29,7 +30,7 @@ cdef extern from "csrc/shmcoll.h" nogil:
         int (*interrupted)() noexcept
     enum:
         SC_OK, SC_ETIMEDOUT, SC_EPEERLOST, SC_EABORTED, SC_EINVAL, SC_ELAYOUT,
-        SC_ERANKTAKEN, SC_EBROKEN, SC_EINTR
+        SC_ERANKTAKEN, SC_EBROKEN, SC_EINTR, SC_EMISMATCH
     enum:
         SC_INT8, SC_UINT8, SC_INT16, SC_UINT16, SC_INT32, SC_UINT32, SC_INT64,
         SC_UINT64, SC_FLOAT16, SC_BFLOAT16, SC_FLOAT32, SC_FLOAT64, SC_NDTYPES
@@ -49,6 +50,7 @@ cdef extern from "csrc/shmcoll.h" nogil:
     int sc_allreduce_direct(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op)
     int sc_reduce_scatter(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op)
     int sc_allgather(sc_comm *c, const void *x, void *out, size_t nbytes)
+    void sc_mismatch_info(const sc_comm *c, int64_t out[6])
     int sc_error_peer(const sc_comm *c)
     const char *sc_error_what(const sc_comm *c)
     int sc_op_supported(int dtype, int op)
@@ -246,6 +248,8 @@ cdef class Engine:
     cdef int _raise(self, int status, str what) except -1:
         if status == SC_EINTR:
             return -1       # the handler's exception (KeyboardInterrupt...) is pending
+        if status == SC_EMISMATCH:
+            raise _mismatch_error(self.c, what, self.rank)
         peer = sc_error_peer(self.c)
         where = sc_error_what(self.c).decode()
         who = f" rank {peer}" if peer >= 0 else ""
@@ -394,6 +398,38 @@ cdef class Engine:
         if self.c != NULL:
             sc_detach(self.c, 1)
             self.c = NULL
+
+
+CALL_FIELDS = ("collective", "count", "dtype", "op", "root", "algorithm")
+COLLECTIVE_NAMES = {1: "barrier", 2: "allreduce", 3: "reduce_scatter", 4: "allgather"}
+
+
+def _describe(field, value):
+    if value < 0:
+        return "none"
+    if field == "collective":
+        return COLLECTIVE_NAMES.get(value, str(value))
+    if field == "dtype":
+        return _NAMES.get(value, str(value))
+    if field == "op":
+        from shmcoll.ops import ReduceOp
+        return ReduceOp.from_code(value).value
+    if field == "algorithm":
+        from shmcoll.algorithms import REGISTRY
+        return next((n for n, a in REGISTRY.items() if a.CODE == value), str(value))
+    return str(value)
+
+
+cdef object _mismatch_error(sc_comm *c, str what, int rank):
+    cdef int64_t info[6]
+    sc_mismatch_info(c, info)
+    field = CALL_FIELDS[info[0]] if 0 <= info[0] < len(CALL_FIELDS) else "call"
+    a, b = info[1], info[2]
+    mine, theirs = _describe(field, info[3]), _describe(field, info[4])
+    unit = " (bytes)" if field == "count" and info[5] == 4 else ""
+    return MismatchError(f"{what} on rank {rank}: ranks {a} and {b} made different calls: "
+                         f"{field}{unit} {mine} on rank {a}, {theirs} on rank {b}; "
+                         f"the communicator is unusable", field, (a, b))
 
 
 cdef inline int _check_op(int dt, int op, cnp.ndarray xa) except -1:

@@ -23,6 +23,20 @@ class PeerLostError(ShmcollError):
         self.rank = rank
 
 
+class MismatchError(ShmcollError, ValueError):
+    """Ranks called different collectives, or the same one with different arguments.
+
+    Raised on every rank of the job; ``field`` names what differed (collective,
+    count, dtype, op, root, algorithm) and ``ranks`` the two ranks compared.
+    The communicator is unusable afterwards.
+    """
+
+    def __init__(self, message, field=None, ranks=()):
+        super().__init__(message)
+        self.field = field
+        self.ranks = tuple(ranks)
+
+
 class JobAbortedError(ShmcollError):
     """Another rank of the job failed and marked the job as aborted."""
 

@@ -152,3 +152,27 @@ def allreduce_loop(comm, count, iters):
 def chosen_algorithms(comm):
     """The engine codes the communicator picks for a small and a large allreduce."""
     return [comm._choose("allreduce", comm.world_size, n) for n in (8, 64 << 20)]
+
+
+def _call(comm, spec):
+    kind, count, dtype, op, algo = spec
+    x = np.ones(count, dtype)
+    if kind == "barrier":
+        return comm.barrier()
+    if kind == "allgather":
+        return comm.allgather(x)
+    if kind == "reduce_scatter":
+        return comm.reduce_scatter(x, op=op)
+    return comm.allreduce(x, op=op, algo=algo)
+
+
+def mismatched_calls(comm, specs):
+    """Rank r makes the call specs[r], then a barrier; returns what each raised."""
+    outcome = []
+    for call in (lambda: _call(comm, specs[comm.rank]), comm.barrier):
+        try:
+            call()
+            outcome.append(("ok", None, None))
+        except Exception as e:  # noqa: BLE001 - the test inspects it
+            outcome.append((type(e).__name__, getattr(e, "field", None), str(e)))
+    return outcome

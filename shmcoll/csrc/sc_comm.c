@@ -124,8 +124,10 @@ static void init_endpoints(sc_comm *c)
     for (int peer = 0; peer < c->world; peer++) {
         size_t out_idx = (size_t)c->rank * c->world + peer;
         size_t in_idx = (size_t)peer * c->world + c->rank;
-        c->send[peer] = (sc_endpoint){ &chans[out_idx], slots + out_idx * chan_bytes, 0, 0, peer };
-        c->recv[peer] = (sc_endpoint){ &chans[in_idx], slots + in_idx * chan_bytes, 0, 0, peer };
+        c->send[peer] = (sc_endpoint){ .ch = &chans[out_idx], .slots = slots + out_idx * chan_bytes,
+                                       .peer = peer };
+        c->recv[peer] = (sc_endpoint){ .ch = &chans[in_idx], .slots = slots + in_idx * chan_bytes,
+                                       .peer = peer };
     }
 }
 
@@ -199,8 +201,11 @@ int sc_wait_attached(sc_comm *c)
 
 void sc_segment_abort(void *base, size_t size)
 {
-    if (valid_header(base, size))
-        sc_signal(&((sc_header *)base)->abort, 1);
+    sc_header *h = (sc_header *)valid_header(base, size);
+    uint64_t none = SC_ABORT_NONE;
+    /* A mismatch already recorded stays the reason every rank reports. */
+    if (h && atomic_compare_exchange_strong(&h->abort.value, &none, SC_ABORT_FAILED))
+        sc_signal(&h->abort, SC_ABORT_FAILED);
 }
 
 void sc_detach(sc_comm *c, int failed)
@@ -226,11 +231,14 @@ int sc_barrier(sc_comm *c)
 {
     if (c->broken)
         return SC_EBROKEN;
+    sc_call_begin(c, SC_COLL_BARRIER, 0, -1, -1, -1, -1);
     uint64_t n = ++c->barrier_seq;
     sc_signal(&c->ranks[c->rank].barrier, n);
     for (int i = 1; i < c->world; i++) {
         int peer = (c->rank + i) % c->world;
-        int st = sc_wait_ge(c, &c->ranks[peer].barrier, n, peer, "barrier", NULL);
+        int st = sc_call_check(c, peer);
+        if (st == SC_OK)
+            st = sc_wait_ge(c, &c->ranks[peer].barrier, n, peer, "barrier", NULL);
         if (st != SC_OK) {
             c->broken = 1;
             return st;
@@ -239,14 +247,15 @@ int sc_barrier(sc_comm *c)
     return SC_OK;
 }
 
-int sc_begin_reduction(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op,
-                       const sc_kernels **k, int *done)
+int sc_begin_reduction(sc_comm *c, int collective, int algo, const void *x, void *out,
+                       size_t count, int dtype, int op, const sc_kernels **k, int *done)
 {
     *done = 0;
     if (!(*k = sc_kernels_for(dtype, op)))
         return SC_EINVAL;
     if (c->broken)
         return SC_EBROKEN;
+    sc_call_begin(c, collective, (int64_t)count, dtype, op, -1, algo);
     if (c->world == 1) {
         if (out != x)
             memmove(out, x, count * (*k)->itemsize);
@@ -275,6 +284,12 @@ void sc_send_commit(sc_endpoint *e)
 
 int sc_recv_acquire(sc_comm *c, sc_endpoint *e, const void **slot)
 {
+    if (e->checked != c->call_seq) {
+        int st = sc_call_check(c, e->peer);
+        if (st != SC_OK)
+            return st;
+        e->checked = c->call_seq;
+    }
     if (e->seen <= e->seq) {
         int st = sc_wait_ge(c, &e->ch->head, e->seq + 1, e->peer, "waiting for data from", &e->seen);
         if (st != SC_OK)

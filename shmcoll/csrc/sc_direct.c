@@ -70,7 +70,7 @@ static int reduce_chunk(sc_comm *c, const sc_kernels *k, const char *own, char *
 int sc_allreduce_direct(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op)
 {
     const sc_kernels *k;
-    int done, st = sc_begin_reduction(c, x, out, count, dtype, op, &k, &done);
+    int done, st = sc_begin_reduction(c, SC_COLL_ALLREDUCE, 1, x, out, count, dtype, op, &k, &done);
     if (st != SC_OK || done)
         return st;
     size_t chunk = c->slot_bytes / k->accsize;

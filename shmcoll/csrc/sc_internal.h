@@ -13,19 +13,46 @@
 #include "shmcoll.h"
 
 #define SC_MAGIC 0x6c6c6f636d687353ULL   /* "Sshmcoll" little-endian */
-#define SC_LAYOUT_VERSION 1u
+#define SC_LAYOUT_VERSION 2u
 #define SC_LINE 128
 #define SC_PAGE 4096
 #define SC_MAX_WORLD 1024
 
 /* A polled flag.  `waiters` counts processes asleep on the futex of `value`, so a
- * writer pays for FUTEX_WAKE only when somebody actually sleeps. */
+ * writer pays for FUTEX_WAKE only when somebody actually sleeps.  Every flag in the
+ * segment is declared SC_ALONE: it starts its own cache-line pair. */
 typedef struct sc_flag {
-    _Alignas(SC_LINE) _Atomic uint64_t value;
+    _Atomic uint64_t value;
     _Atomic uint32_t waiters;
 } sc_flag;
+#define SC_ALONE _Alignas(SC_LINE)
 
 enum sc_rank_state { SC_RANK_EMPTY = 0, SC_RANK_ATTACHED = 1, SC_RANK_CLOSED = 2, SC_RANK_FAILED = 3 };
+
+/* Why the job was aborted (the value of the header's abort flag). */
+enum sc_abort_reason { SC_ABORT_NONE = 0, SC_ABORT_FAILED = 1, SC_ABORT_MISMATCH = 2 };
+
+/* What a rank is about to do.  Every rank publishes its call before moving data and
+ * checks a peer's call before consuming anything the peer sent, so ranks that
+ * disagree stop before a single wrong byte is used. */
+typedef struct sc_call {
+    int64_t field[SC_CALL_FIELDS];   /* enum sc_call_field order */
+} sc_call;
+
+/* Published calls: ring of SC_CALL_HISTORY entries by sequence number, so a peer
+ * that is already in a later call does not overwrite the one we are checking. */
+#define SC_CALL_HISTORY 4
+typedef struct sc_call_slot {
+    SC_ALONE sc_flag seq;
+    sc_call call;            /* same cache line as seq: one miss reads both */
+} sc_call_slot;
+
+/* The first mismatch found, for every rank's error message. */
+typedef struct sc_mismatch {
+    _Alignas(SC_LINE) _Atomic uint32_t claimed;
+    int32_t field, rank_a, rank_b;
+    int64_t value_a, value_b, collective;
+} sc_mismatch;
 
 typedef struct sc_header {
     uint64_t magic;
@@ -36,12 +63,14 @@ typedef struct sc_header {
     uint64_t slot_bytes;
     uint32_t nslots;
     int32_t creator_pid;
-    sc_flag attached;   /* number of ranks attached so far */
-    sc_flag abort;      /* non-zero: the job failed, every wait bails out */
+    SC_ALONE sc_flag attached;   /* number of ranks attached so far */
+    SC_ALONE sc_flag abort;      /* enum sc_abort_reason: non-zero makes every wait bail out */
+    sc_mismatch mismatch;
 } sc_header;
 
 typedef struct sc_rank_block {
-    sc_flag barrier;                 /* barriers this rank has entered */
+    SC_ALONE sc_flag barrier;        /* barriers this rank has entered */
+    sc_call_slot calls[SC_CALL_HISTORY];
     _Alignas(SC_LINE) _Atomic int32_t pid;
     _Atomic int32_t state;           /* enum sc_rank_state */
 } sc_rank_block;
@@ -49,8 +78,8 @@ typedef struct sc_rank_block {
 /* One single-producer/single-consumer channel src -> dst: `head` counts slots
  * written by src, `tail` counts slots consumed by dst. */
 typedef struct sc_channel {
-    sc_flag head;
-    sc_flag tail;
+    SC_ALONE sc_flag head;
+    SC_ALONE sc_flag tail;
 } sc_channel;
 
 /* Process-local end of a channel: our own counter and the last value we saw of
@@ -60,6 +89,7 @@ typedef struct sc_endpoint {
     char *slots;
     uint64_t seq;
     uint64_t seen;
+    uint64_t checked;    /* the call of ours the peer's call was last checked against */
     int peer;
 } sc_endpoint;
 
@@ -75,6 +105,8 @@ struct sc_comm {
     sc_endpoint *send;   /* indexed by destination rank */
     sc_endpoint *recv;   /* indexed by source rank */
     uint64_t barrier_seq;
+    uint64_t call_seq;   /* calls published so far */
+    sc_call call;        /* the current one */
     char *scratch;       /* 2 x slot_bytes of process-local accumulator space */
     int broken;
     int err_peer;
@@ -93,10 +125,15 @@ void sc_signal(sc_flag *f, uint64_t value);
 uint64_t sc_now_ns(void);
 
 /* Entry of every reducing collective (sc_comm.c): resolves the kernels, refuses a
- * broken communicator, and completes the call itself when world == 1 (*done). */
+ * broken communicator, publishes the call, and completes it itself when
+ * world == 1 (*done). */
 struct sc_kernels;
-int sc_begin_reduction(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op,
-                       const struct sc_kernels **k, int *done);
+int sc_begin_reduction(sc_comm *c, int collective, int algo, const void *x, void *out,
+                       size_t count, int dtype, int op, const struct sc_kernels **k, int *done);
+
+/* Calls (sc_call.c): publish ours, check a peer's before using its data. */
+void sc_call_begin(sc_comm *c, int collective, int64_t count, int dtype, int op, int root, int algo);
+int sc_call_check(sc_comm *c, int peer);
 
 /* Channel operations (sc_comm.c). */
 int sc_send_acquire(sc_comm *c, sc_endpoint *e, void **slot);

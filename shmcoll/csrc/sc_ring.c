@@ -171,7 +171,7 @@ static int use_stream(const sc_comm *c, size_t out_bytes)
 int sc_allreduce(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op)
 {
     const sc_kernels *k;
-    int done, st = sc_begin_reduction(c, x, out, count, dtype, op, &k, &done);
+    int done, st = sc_begin_reduction(c, SC_COLL_ALLREDUCE, 0, x, out, count, dtype, op, &k, &done);
     if (st != SC_OK || done)
         return st;
     size_t roff, rlen;
@@ -194,7 +194,8 @@ int sc_allreduce(sc_comm *c, const void *x, void *out, size_t count, int dtype, 
 int sc_reduce_scatter(sc_comm *c, const void *x, void *out, size_t count_per_rank, int dtype, int op)
 {
     const sc_kernels *k;
-    int done, st = sc_begin_reduction(c, x, out, count_per_rank, dtype, op, &k, &done);
+    int done, st = sc_begin_reduction(c, SC_COLL_REDUCE_SCATTER, 0, x, out, count_per_rank, dtype,
+                                      op, &k, &done);
     if (st != SC_OK || done)
         return st;
     ring_plan p = { c, x, NULL, out, count_per_rank * (size_t)c->world,
@@ -209,6 +210,7 @@ int sc_allgather(sc_comm *c, const void *x, void *out, size_t nbytes)
 {
     if (c->broken)
         return SC_EBROKEN;
+    sc_call_begin(c, SC_COLL_ALLGATHER, (int64_t)nbytes, -1, -1, -1, 0);
     char *own = (char *)out + (size_t)c->rank * nbytes;
     if (c->world == 1) {
         if (own != x)

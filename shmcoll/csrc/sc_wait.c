@@ -119,8 +119,9 @@ int sc_wait_ge(sc_comm *c, sc_flag *f, uint64_t target, int peer, const char *wh
         atomic_fetch_sub_explicit(&f->waiters, 1, memory_order_relaxed);
         if (reached(f, target, &v))
             goto done;
-        if (atomic_load_explicit(&c->hdr->abort.value, memory_order_acquire))
-            return fail(c, SC_EABORTED, peer, what);
+        uint64_t reason = atomic_load_explicit(&c->hdr->abort.value, memory_order_acquire);
+        if (reason)
+            return fail(c, reason == SC_ABORT_MISMATCH ? SC_EMISMATCH : SC_EABORTED, peer, what);
         if (c->params.interrupted && c->params.interrupted())
             return fail(c, SC_EINTR, peer, what);
         if (peer_gone(c, peer))

@@ -19,6 +19,7 @@ typedef enum sc_status {
     SC_ERANKTAKEN = 6,  /* another live process already holds this rank */
     SC_EBROKEN = 7,     /* an earlier collective failed half-way; the stream is unusable */
     SC_EINTR = 8,       /* params.interrupted() asked to stop (a signal handler raised) */
+    SC_EMISMATCH = 9,   /* ranks called different collectives or arguments */
 } sc_status;
 
 /* Order matters: the Cython layer maps numpy dtypes onto these codes. */
@@ -26,6 +27,16 @@ typedef enum sc_dtype {
     SC_INT8, SC_UINT8, SC_INT16, SC_UINT16, SC_INT32, SC_UINT32, SC_INT64, SC_UINT64,
     SC_FLOAT16, SC_BFLOAT16, SC_FLOAT32, SC_FLOAT64, SC_NDTYPES
 } sc_dtype;
+
+/* The fields of a call that every rank must agree on, in the order they are compared. */
+typedef enum sc_call_field {
+    SC_FIELD_COLLECTIVE, SC_FIELD_COUNT, SC_FIELD_DTYPE, SC_FIELD_OP, SC_FIELD_ROOT,
+    SC_FIELD_ALGORITHM, SC_CALL_FIELDS
+} sc_call_field;
+
+typedef enum sc_collective {
+    SC_COLL_BARRIER = 1, SC_COLL_ALLREDUCE, SC_COLL_REDUCE_SCATTER, SC_COLL_ALLGATHER
+} sc_collective;
 
 typedef enum sc_op {
     SC_SUM, SC_PROD, SC_MIN, SC_MAX, SC_AVG, SC_BAND, SC_BOR, SC_BXOR, SC_NOPS
@@ -65,6 +76,9 @@ int sc_allreduce(sc_comm *c, const void *x, void *out, size_t count, int dtype, 
 int sc_allreduce_direct(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op);
 int sc_reduce_scatter(sc_comm *c, const void *x, void *out, size_t count_per_rank, int dtype, int op);
 int sc_allgather(sc_comm *c, const void *x, void *out, size_t nbytes);
+
+/* The first mismatch of the job: field, the two ranks and their values. */
+void sc_mismatch_info(const sc_comm *c, int64_t out[6]);
 
 /* Describes the last failure of c: which peer and which wait. */
 int sc_error_peer(const sc_comm *c);

@@ -1,0 +1,60 @@
+/* Mismatched calls.  A rank publishes {collective, count, dtype, op, root, algorithm}
+ * before it moves data, and checks a peer's call the first time it is about to
+ * consume something that peer sent in this call.  A difference is recorded once in
+ * the header and aborts the job with the mismatch reason, so every rank raises the
+ * same MismatchError instead of hanging or reducing bytes of another call. */
+#include "sc_internal.h"
+
+void sc_call_begin(sc_comm *c, int collective, int64_t count, int dtype, int op, int root, int algo)
+{
+    c->call_seq++;
+    c->call = (sc_call){ { collective, count, dtype, op, root, algo } };
+    sc_call_slot *slot = &c->ranks[c->rank].calls[c->call_seq % SC_CALL_HISTORY];
+    slot->call = c->call;
+    sc_signal(&slot->seq, c->call_seq);
+}
+
+static void record(sc_comm *c, int field, int peer, int64_t mine, int64_t theirs)
+{
+    sc_mismatch *m = &c->hdr->mismatch;
+    uint32_t unclaimed = 0;
+    if (atomic_compare_exchange_strong(&m->claimed, &unclaimed, 1)) {
+        m->field = field;
+        m->rank_a = c->rank;
+        m->rank_b = peer;
+        m->value_a = mine;
+        m->value_b = theirs;
+        m->collective = c->call.field[SC_FIELD_COLLECTIVE];
+    }
+    /* The release store in sc_signal publishes the record with the reason. */
+    sc_signal(&c->hdr->abort, SC_ABORT_MISMATCH);
+}
+
+int sc_call_check(sc_comm *c, int peer)
+{
+    sc_call_slot *slot = &c->ranks[peer].calls[c->call_seq % SC_CALL_HISTORY];
+    uint64_t seen;
+    int st = sc_wait_ge(c, &slot->seq, c->call_seq, peer, "waiting for the call of", &seen);
+    if (st != SC_OK)
+        return st;
+    if (seen != c->call_seq)
+        return SC_OK;   /* the peer ran calls ahead that moved no data; nothing to check */
+    for (int f = 0; f < SC_CALL_FIELDS; f++) {
+        int64_t mine = c->call.field[f], theirs = slot->call.field[f];
+        if (mine != theirs) {
+            record(c, f, peer, mine, theirs);
+            c->err_peer = peer;
+            c->err_what = "checking the call of";
+            return SC_EMISMATCH;
+        }
+    }
+    return SC_OK;
+}
+
+void sc_mismatch_info(const sc_comm *c, int64_t out[6])
+{
+    const sc_mismatch *m = &c->hdr->mismatch;
+    int64_t info[6] = { m->field, m->rank_a, m->rank_b, m->value_a, m->value_b, m->collective };
+    for (int i = 0; i < 6; i++)
+        out[i] = info[i];
+}
