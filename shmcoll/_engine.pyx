@@ -44,7 +44,7 @@ cdef extern from "csrc/shmcoll.h" nogil:
                        const sc_params *wait, int *status, int *last)
     int sc_wait_attached(sc_comm *c)
     void sc_detach(sc_comm *c, int failed)
-    void sc_segment_abort(void *base, size_t size)
+    void sc_segment_abort(void *base, size_t size, int failed_rank)
     int sc_barrier(sc_comm *c)
     int sc_allreduce(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op)
     int sc_allreduce_direct(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op)
@@ -164,8 +164,9 @@ cdef class Segment:
     def creator(self):
         return sc_segment_creator(self.base, self.size)
 
-    def abort(self):
-        sc_segment_abort(self.base, self.size)
+    def abort(self, int failed_rank=-1):
+        """Make every rank's waits fail at once, naming `failed_rank` as lost."""
+        sc_segment_abort(self.base, self.size, failed_rank)
 
     def __dealloc__(self):
         sc_unmap(self.base, self.size)
@@ -256,8 +257,8 @@ cdef class Engine:
         if status == SC_ETIMEDOUT:
             raise ShmTimeoutError(f"{what} on rank {self.rank} timed out {where}{who}")
         if status == SC_EPEERLOST:
-            raise PeerLostError(f"{what} on rank {self.rank}: peer{who} died or closed its "
-                                f"communicator ({where})", peer)
+            raise PeerLostError(f"{what} on rank {self.rank}: peer{who} failed, died or closed "
+                                f"its communicator ({where})", peer)
         if status == SC_EABORTED:
             raise JobAbortedError(f"{what} on rank {self.rank}: another rank failed and "
                                   f"aborted the job ({where}{who})")

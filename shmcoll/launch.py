@@ -64,8 +64,9 @@ def _collect(procs, conns, seg):
         for conn in ready:
             rank = pending.pop(conn)
             outcomes[rank] = _receive(conn, procs[rank])
-        if deadline is None and any(status != "ok" for status, _ in outcomes.values()):
-            seg.abort()     # survivors stop waiting for the failed rank at once
+        failed = [r for r, (status, _) in outcomes.items() if status != "ok"]
+        if deadline is None and failed:
+            seg.abort(failed[0])    # survivors stop waiting at once, naming the rank
             deadline = _now() + _GRACE_S
     if len(outcomes) == len(procs) and all(status == "ok" for status, _ in outcomes.values()):
         return [outcomes[r][1] for r in range(len(procs))]

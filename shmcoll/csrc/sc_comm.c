@@ -87,6 +87,7 @@ int sc_format(void *base, size_t size, int world, const sc_params *p, uint64_t t
     h->slot_bytes = p->slot_bytes;
     h->nslots = p->nslots;
     h->creator_pid = creator_pid;
+    h->failed_rank = -1;
     /* The magic goes last: an attacher that sees it sees a complete header. */
     atomic_store_explicit((_Atomic uint64_t *)&h->magic, SC_MAGIC, memory_order_release);
     return SC_OK;
@@ -199,13 +200,21 @@ int sc_wait_attached(sc_comm *c)
     return sc_wait_ge(c, &c->hdr->attached, (uint64_t)c->world, -1, "waiting for all ranks to attach", NULL);
 }
 
-void sc_segment_abort(void *base, size_t size)
+void sc_abort_failed(sc_header *h, int failed_rank)
+{
+    if (atomic_load(&h->abort.value) != SC_ABORT_NONE)
+        return;     /* the first reason recorded is the one every rank reports */
+    h->failed_rank = failed_rank;
+    uint64_t none = SC_ABORT_NONE;
+    if (atomic_compare_exchange_strong(&h->abort.value, &none, SC_ABORT_FAILED))
+        sc_signal(&h->abort, SC_ABORT_FAILED);
+}
+
+void sc_segment_abort(void *base, size_t size, int failed_rank)
 {
     sc_header *h = (sc_header *)valid_header(base, size);
-    uint64_t none = SC_ABORT_NONE;
-    /* A mismatch already recorded stays the reason every rank reports. */
-    if (h && atomic_compare_exchange_strong(&h->abort.value, &none, SC_ABORT_FAILED))
-        sc_signal(&h->abort, SC_ABORT_FAILED);
+    if (h)
+        sc_abort_failed(h, failed_rank);
 }
 
 void sc_detach(sc_comm *c, int failed)

@@ -65,6 +65,7 @@ typedef struct sc_header {
     int32_t creator_pid;
     SC_ALONE sc_flag attached;   /* number of ranks attached so far */
     SC_ALONE sc_flag abort;      /* enum sc_abort_reason: non-zero makes every wait bail out */
+    int32_t failed_rank;         /* SC_ABORT_FAILED: the rank that failed, or -1 */
     sc_mismatch mismatch;
 } sc_header;
 
@@ -118,6 +119,9 @@ size_t sc_off_ranks(void);
 size_t sc_off_channels(int world);
 size_t sc_off_slots(int world);
 size_t sc_channel_bytes(uint64_t slot_bytes, uint32_t nslots);
+
+/* Abort the job because `failed_rank` (-1: unknown) failed, unless a reason is set. */
+void sc_abort_failed(sc_header *h, int failed_rank);
 
 /* Waiting (sc_wait.c). */
 int sc_wait_ge(sc_comm *c, sc_flag *f, uint64_t target, int peer, const char *what, uint64_t *seen);

@@ -14,6 +14,8 @@
 #include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -62,6 +64,24 @@ void sc_signal(sc_flag *f, uint64_t value)
         futex_wake_all(&f->value);
 }
 
+/* A process that exited but was not reaped yet (a zombie) still answers kill(pid, 0):
+ * its state letter in /proc/<pid>/stat tells. */
+static int pid_dead(int32_t pid)
+{
+    if (kill(pid, 0) != 0)
+        return errno == ESRCH;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *end = strrchr(buf, ')');   /* the command name may contain spaces */
+    return end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
+}
+
 static int peer_gone(sc_comm *c, int peer)
 {
     if (peer < 0 || peer >= c->world)
@@ -71,7 +91,7 @@ static int peer_gone(sc_comm *c, int peer)
     if (state == SC_RANK_CLOSED || state == SC_RANK_FAILED)
         return 1;
     int32_t pid = atomic_load_explicit(&rb->pid, memory_order_relaxed);
-    return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
+    return pid > 0 && pid_dead(pid);
 }
 
 static int fail(sc_comm *c, int status, int peer, const char *what)
@@ -120,12 +140,19 @@ int sc_wait_ge(sc_comm *c, sc_flag *f, uint64_t target, int peer, const char *wh
         if (reached(f, target, &v))
             goto done;
         uint64_t reason = atomic_load_explicit(&c->hdr->abort.value, memory_order_acquire);
+        if (reason == SC_ABORT_MISMATCH)
+            return fail(c, SC_EMISMATCH, peer, what);
         if (reason)
-            return fail(c, reason == SC_ABORT_MISMATCH ? SC_EMISMATCH : SC_EABORTED, peer, what);
+            return c->hdr->failed_rank >= 0 ? fail(c, SC_EPEERLOST, c->hdr->failed_rank, what)
+                                            : fail(c, SC_EABORTED, peer, what);
         if (c->params.interrupted && c->params.interrupted())
             return fail(c, SC_EINTR, peer, what);
-        if (peer_gone(c, peer))
+        if (peer_gone(c, peer)) {
+            /* Ranks waiting on someone else would otherwise blame whoever
+             * gives up next; the job is aborted naming the rank that is gone. */
+            sc_abort_failed(c->hdr, peer);
             return fail(c, SC_EPEERLOST, peer, what);
+        }
         if (sc_now_ns() >= deadline)
             return fail(c, SC_ETIMEDOUT, peer, what);
     }

@@ -68,7 +68,8 @@ sc_comm *sc_attach(void *base, size_t size, int rank, int world, uint64_t token,
                    const sc_params *wait, int *status, int *last);
 int sc_wait_attached(sc_comm *c);
 void sc_detach(sc_comm *c, int failed);   /* frees c; does not unmap */
-void sc_segment_abort(void *base, size_t size);   /* makes every rank's waits fail fast */
+/* Makes every rank's waits fail fast; they name `failed_rank` (-1: unknown) as lost. */
+void sc_segment_abort(void *base, size_t size, int failed_rank);
 
 /* Collectives.  Sizes are element counts; pointers are C-contiguous buffers. */
 int sc_barrier(sc_comm *c);
