@@ -4,7 +4,7 @@
 Each collective resolves its buffers once (numpy C-API, no Python per chunk), drops
 the GIL for a single C call, and turns the C status into an exception here.
 """
-from libc.stdint cimport int64_t, uint64_t, uintptr_t
+from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
 cimport numpy as cnp
 import numpy as np
 
@@ -40,6 +40,7 @@ cdef extern from "csrc/shmcoll.h" nogil:
     int sc_format(void *base, size_t size, int world, const sc_params *p, uint64_t token, int pid)
     int sc_segment_world(const void *base, size_t size)
     int sc_segment_creator(const void *base, size_t size)
+    int sc_segment_pids(const void *base, size_t size, int32_t *pids, int max)
     sc_comm *sc_attach(void *base, size_t size, int rank, int world, uint64_t token,
                        const sc_params *wait, int *status, int *last)
     int sc_wait_attached(sc_comm *c)
@@ -163,6 +164,12 @@ cdef class Segment:
 
     def creator(self):
         return sc_segment_creator(self.base, self.size)
+
+    def pids(self):
+        """[creator pid, rank 0 pid, ...] (0 for ranks not attached), or None if invalid."""
+        cdef int32_t buf[1025]
+        cdef int n = sc_segment_pids(self.base, self.size, buf, 1025)
+        return None if n < 0 else [buf[i] for i in range(n)]
 
     def abort(self, int failed_rank=-1):
         """Make every rank's waits fail at once, naming `failed_rank` as lost."""

@@ -75,13 +75,18 @@ def unlink(name):
 
 
 def pid_alive(pid):
+    """True while `pid` runs; a zombie (exited, not yet reaped) counts as dead."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return True
 
 
 def create_for_job(name, world, params, token):
@@ -122,3 +127,27 @@ def list_entries():
         return sorted(n for n in os.listdir(_SHM_DIR) if n.startswith(prefix))
     except FileNotFoundError:
         return []
+
+
+def stale_entries(min_age=60.0):
+    """This user's entries that no live process belongs to: left by a job that died
+    before all its ranks attached.  Entries that are not valid segments count only
+    once older than `min_age` seconds (a creator may still be formatting them)."""
+    stale = []
+    for entry in list_entries():
+        name = "/" + entry
+        try:
+            seg = open_existing(name)
+        except SegmentError:
+            continue            # not ours to judge (wrong owner or mode)
+        pids = seg.pids() if seg is not None else None
+        if pids is None:
+            try:
+                age = time.time() - os.stat(os.path.join(_SHM_DIR, entry)).st_mtime
+            except FileNotFoundError:
+                continue
+            if age >= min_age:
+                stale.append(name)
+        elif not any(pid > 0 and pid_alive(pid) for pid in pids):
+            stale.append(name)
+    return stale

@@ -117,6 +117,20 @@ int sc_segment_creator(const void *base, size_t size)
     return h ? h->creator_pid : -1;
 }
 
+int sc_segment_pids(const void *base, size_t size, int32_t *pids, int max)
+{
+    const sc_header *h = valid_header(base, size);
+    if (!h || sc_off_ranks() + h->world * sizeof(sc_rank_block) > size)
+        return -1;
+    const sc_rank_block *ranks = (const sc_rank_block *)((const char *)base + sc_off_ranks());
+    int n = 0;
+    if (n < max)
+        pids[n++] = h->creator_pid;
+    for (uint32_t r = 0; r < h->world && n < max; r++)
+        pids[n++] = atomic_load_explicit((_Atomic int32_t *)&ranks[r].pid, memory_order_relaxed);
+    return n;
+}
+
 static void init_endpoints(sc_comm *c)
 {
     size_t chan_bytes = sc_channel_bytes(c->slot_bytes, c->nslots);

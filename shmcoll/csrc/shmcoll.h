@@ -61,6 +61,8 @@ void sc_unmap(void *base, size_t size);
 int sc_format(void *base, size_t size, int world, const sc_params *p, uint64_t token, int creator_pid);
 int sc_segment_world(const void *base, size_t size);   /* -1 when not a shmcoll segment */
 int sc_segment_creator(const void *base, size_t size);
+/* The creator's pid then each rank's (0 before it attached); -1 if not a valid segment. */
+int sc_segment_pids(const void *base, size_t size, int32_t *pids, int max);
 
 /* Attach: validates the header, claims the rank, counts arrivals.
  * *last is set when this rank completed the set (it may unlink the name). */
