@@ -234,7 +234,9 @@ cdef class Engine:
     cdef readonly int rank, world_size
     cdef readonly bint completed_attach
     cdef public object choose
+    cdef public str closed_reason
     cdef dict _auto_allreduce
+    cdef object __weakref__
 
     def __cinit__(self, Segment seg, int rank, int world, uint64_t token, params):
         cdef int status = 0, last = 0
@@ -252,6 +254,7 @@ cdef class Engine:
         self.world_size = world
         self.completed_attach = last
         self._auto_allreduce = {}
+        self.closed_reason = "the communicator is closed"
 
     cdef int _raise(self, int status, str what) except -1:
         if status == SC_EINTR:
@@ -276,8 +279,16 @@ cdef class Engine:
 
     cdef inline int _live(self) except -1:
         if self.c == NULL:
-            raise ClosedError("the communicator is closed")
+            raise ClosedError(self.closed_reason)
         return 0
+
+    def disown(self):
+        """In a forked child: forget the attachment without touching the shared state,
+        which still belongs to the parent's rank."""
+        if self.c != NULL:
+            self.c = NULL   # the small process-local struct is left to the child's exit
+            self.closed_reason = ("this communicator belongs to the process that created it; "
+                                  "a forked child must not use it (create one per process)")
 
     def wait_attached(self):
         self._live()

@@ -1,10 +1,19 @@
 """Communicator: argument checking and dispatch to the engine; no data loops here."""
+import os
+import weakref
+
 from shmcoll import _engine, segment, selector
 from shmcoll.config import EngineParams, get
 from shmcoll.errors import SegmentError
 from shmcoll.ops import OP_CODES, op_code
 
 AUTO = -1   # the engine picks per message size through selector.code
+
+# A forked child inherits the mapping but is not the rank: its copies are disowned at
+# fork time, so using one raises instead of corrupting the parent's channels.
+_ENGINES = weakref.WeakSet()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: [e.disown() for e in list(_ENGINES)])
 
 
 class Communicator:
@@ -23,6 +32,7 @@ class Communicator:
         self.world_size = engine.world_size
         self._overrides = dict(overrides or {})
         engine.choose = self._choose
+        _ENGINES.add(engine)
         self._algo_codes = {}
 
     def _choose(self, collective, world, nbytes):

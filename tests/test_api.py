@@ -90,3 +90,10 @@ def test_reduce_op_names_and_members_are_interchangeable():
 def test_timeout_error_is_also_the_builtin():
     assert issubclass(shmcoll.TimeoutError, TimeoutError)
     assert issubclass(shmcoll.TimeoutError, shmcoll.ShmcollError)
+
+
+def test_a_forked_child_cannot_use_its_parents_communicator():
+    from workers import use_in_forked_child
+    for message, total in shmcoll.launch(use_in_forked_child, 2):
+        assert message.startswith("ClosedError") and "forked child" in message
+        assert total == 8.0              # the parents' communicator is intact

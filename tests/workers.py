@@ -176,3 +176,82 @@ def mismatched_calls(comm, specs):
         except Exception as e:  # noqa: BLE001 - the test inspects it
             outcome.append((type(e).__name__, getattr(e, "field", None), str(e)))
     return outcome
+
+
+def use_in_forked_child(comm):
+    """The parent keeps working; a forked child's use of the communicator is refused."""
+    import multiprocessing as mp
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+
+    def child():
+        try:
+            comm.allreduce(np.ones(4, np.float32))
+            q.put("no error")
+        except Exception as e:  # noqa: BLE001
+            q.put(f"{type(e).__name__}: {e}")
+
+    p = ctx.Process(target=child)
+    p.start()
+    message = q.get(timeout=30)
+    p.join()
+    return message, float(comm.allreduce(np.ones(4, np.float32)).sum())
+
+
+SOAK_COLLECTIVES = ("allreduce", "reduce_scatter", "allgather")
+
+
+def _rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def soak(comm, n_ops, seed, max_bytes):
+    """n_ops random collectives, the same sequence on every rank; each result is
+    checked here against numpy.  Returns (wrong, peak rss of the first half, peak rss of
+    the second half): a leak grows with the number of calls, malloc's high-water mark
+    does not."""
+    from reference import ALL_DTYPES, bitwise_equal, dtype_of, make_input, ops_for, reduce_ref
+    rng = np.random.default_rng(seed)
+    P, r = comm.world_size, comm.rank
+    wrong, peaks = [], [0, 0]
+    for i in range(n_ops):
+        half = 2 * i // n_ops
+        peaks[half] = max(peaks[half], _rss_bytes())
+        coll = SOAK_COLLECTIVES[rng.integers(len(SOAK_COLLECTIVES))]
+        dt = ALL_DTYPES[rng.integers(len(ALL_DTYPES))]
+        op = ops_for(dt)[rng.integers(len(ops_for(dt)))]
+        itemsize = dtype_of(dt).itemsize
+        count = int(np.exp(rng.uniform(0, np.log(max_bytes // itemsize))))
+        if coll == "reduce_scatter":
+            count = max(P, count - count % P)
+        algo = [None, "ring", "direct"][rng.integers(3)] if coll == "allreduce" else None
+        case = (coll, (count,), dt, op, bool(rng.integers(2)), algo, i)
+        got = run_case(comm, *case)
+        xs = [make_input(q, (count,), dt, op, i) for q in range(P)]
+        if coll == "allgather":
+            want = np.stack(xs)
+        else:
+            want = reduce_ref(xs, op, dt)
+            if coll == "reduce_scatter":
+                m = count // P
+                want = want[r * m:(r + 1) * m]
+        if not bitwise_equal(got, want):
+            wrong.append(case[:4])
+    return wrong, peaks[0], max(peaks[1], _rss_bytes())
+
+
+def ring_stress(comm, n_messages, seed, max_bytes):
+    """Two ranks exchange n_messages of random sizes through allgather; every byte of
+    the peer's message is verified.  Returns the number of bad messages."""
+    rng = np.random.default_rng(seed)
+    peer = 1 - comm.rank
+    bad = 0
+    for i in range(n_messages):
+        n = int(rng.integers(0, max_bytes + 1))
+        mine = np.full(n, (i * 7 + comm.rank * 13) & 0xFF, np.uint8)
+        res = comm.allgather(mine)
+        expect = (i * 7 + peer * 13) & 0xFF
+        if n and not (res[peer] == expect).all():
+            bad += 1
+    return bad

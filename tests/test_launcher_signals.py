@@ -1,0 +1,42 @@
+"""Signals to the launching process: its ranks go away and nothing is left in /dev/shm."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import shmcoll
+from shmcoll import segment
+
+HERE = os.path.dirname(__file__)
+ROOT = os.path.dirname(os.path.dirname(shmcoll.__file__))
+
+
+def alive(pid):
+    return segment.pid_alive(pid)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL],
+                         ids=["SIGINT", "SIGTERM", "SIGKILL"])
+def test_signalled_launcher_leaves_no_rank_and_no_entry(sig):
+    before = set(segment.list_entries())
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    launcher = subprocess.Popen([sys.executable, os.path.join(HERE, "launcher_victim.py")],
+                                env=env, cwd=HERE, stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(re.search(r"pid (\d+)", launcher.stdout.readline()).group(1)) for _ in range(2)]
+        time.sleep(0.3)
+        launcher.send_signal(sig)
+        launcher.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while any(alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(alive(p) for p in pids)
+        assert set(segment.list_entries()) <= before
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
