@@ -52,6 +52,7 @@ cdef extern from "csrc/shmcoll.h" nogil:
     int sc_reduce_scatter(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op)
     int sc_allgather(sc_comm *c, const void *x, void *out, size_t nbytes)
     void sc_mismatch_info(const sc_comm *c, int64_t out[6])
+    int sc_ranks_missing(const sc_comm *c, int *out, int max)
     int sc_error_peer(const sc_comm *c)
     const char *sc_error_what(const sc_comm *c)
     int sc_op_supported(int dtype, int op)
@@ -265,7 +266,9 @@ cdef class Engine:
         where = sc_error_what(self.c).decode()
         who = f" rank {peer}" if peer >= 0 else ""
         if status == SC_ETIMEDOUT:
-            raise ShmTimeoutError(f"{what} on rank {self.rank} timed out {where}{who}")
+            missing = self._missing()
+            absent = f"; ranks that have not arrived: {missing}" if missing else ""
+            raise ShmTimeoutError(f"{what} on rank {self.rank} timed out {where}{who}{absent}")
         if status == SC_EPEERLOST:
             raise PeerLostError(f"{what} on rank {self.rank}: peer{who} failed, died or closed "
                                 f"its communicator ({where})", peer)
@@ -276,6 +279,11 @@ cdef class Engine:
             raise CommunicatorBrokenError(
                 f"{what}: an earlier collective failed on this communicator; it is unusable")
         raise ValueError(f"{what}: invalid arguments (status {status})")
+
+    cdef list _missing(self):
+        cdef int buf[1024]
+        cdef int n = sc_ranks_missing(self.c, buf, 1024)
+        return [buf[i] for i in range(n)]
 
     cdef inline int _live(self) except -1:
         if self.c == NULL:

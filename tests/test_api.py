@@ -97,3 +97,9 @@ def test_a_forked_child_cannot_use_its_parents_communicator():
     for message, total in shmcoll.launch(use_in_forked_child, 2):
         assert message.startswith("ClosedError") and "forked child" in message
         assert total == 8.0              # the parents' communicator is intact
+
+
+def test_refused_calls_write_nothing_to_out(pools):
+    from workers import refused_calls_leave_out_untouched
+    for errors, untouched in pools(2).run(refused_calls_leave_out_untouched):
+        assert errors == 6 and untouched

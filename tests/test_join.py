@@ -57,7 +57,7 @@ def test_missing_rank_times_out_with_a_clear_error():
     procs = start_ranks(3, job, ranks=[0, 1], timeout=1.0)
     for code, _, err in finish(procs):
         assert code != 0
-        assert "TimeoutError" in err
+        assert "TimeoutError" in err and "ranks that have not arrived: [2]" in err
 
 
 def test_rank_zero_absent_times_out():

@@ -255,3 +255,23 @@ def ring_stress(comm, n_messages, seed, max_bytes):
         if n and not (res[peer] == expect).all():
             bad += 1
     return bad
+
+
+def refused_calls_leave_out_untouched(comm):
+    """Calls refused for their arguments must not have written anything to `out`."""
+    out = np.full(8, 7, np.int32)
+    refused = [
+        lambda: comm.allreduce(np.ones(8, np.float32), out=np.full(8, 7.0, np.float32), op="band"),
+        lambda: comm.allreduce(np.ones(8, np.int32), out=out, op="median"),
+        lambda: comm.allreduce(np.ones(8, np.int32), out=out, algo="butterfly"),
+        lambda: comm.allreduce(np.ones(8, np.int64), out=out),
+        lambda: comm.reduce_scatter(np.ones(8 * comm.world_size + 1, np.int32), out=out),
+        lambda: comm.allgather(np.ones(8, np.int32), out=out),
+    ]
+    errors = 0
+    for call in refused:
+        try:
+            call()
+        except (TypeError, ValueError):
+            errors += 1
+    return errors, bool((out == 7).all())

@@ -58,3 +58,27 @@ void sc_mismatch_info(const sc_comm *c, int64_t out[6])
     for (int i = 0; i < 6; i++)
         out[i] = info[i];
 }
+
+int sc_ranks_missing(const sc_comm *c, int *out, int max)
+{
+    int n = 0;
+    for (int r = 0; r < c->world && n < max; r++) {
+        const sc_rank_block *rb = &c->ranks[r];
+        if (r == c->rank)
+            continue;
+        if (c->call_seq == 0) {     /* still joining: who has not attached */
+            if (atomic_load_explicit(&((sc_rank_block *)rb)->state, memory_order_acquire) == SC_RANK_EMPTY)
+                out[n++] = r;
+            continue;
+        }
+        uint64_t latest = 0;
+        for (int k = 0; k < SC_CALL_HISTORY; k++) {
+            uint64_t v = atomic_load_explicit(&((sc_call_slot *)&rb->calls[k])->seq.value,
+                                              memory_order_acquire);
+            latest = v > latest ? v : latest;
+        }
+        if (latest < c->call_seq)
+            out[n++] = r;
+    }
+    return n;
+}

@@ -83,6 +83,9 @@ int sc_allgather(sc_comm *c, const void *x, void *out, size_t nbytes);
 /* The first mismatch of the job: field, the two ranks and their values. */
 void sc_mismatch_info(const sc_comm *c, int64_t out[6]);
 
+/* Ranks that have not arrived: not attached yet, or not yet in our current call. */
+int sc_ranks_missing(const sc_comm *c, int *out, int max);
+
 /* Describes the last failure of c: which peer and which wait. */
 int sc_error_peer(const sc_comm *c);
 const char *sc_error_what(const sc_comm *c);
