@@ -54,7 +54,8 @@ def test_launch_names_carry_128_random_bits():
 
 def test_second_process_claiming_a_rank_is_refused():
     job = "sec-" + secrets.token_hex(4)
-    procs = [join(job, 0, 3), join(job, 1, 3), join(job, 1, 3)]
+    # rank 2 never comes, so the job stays open long enough for both claims of rank 1
+    procs = [join(job, 0, 3, timeout=10), join(job, 1, 3, timeout=10), join(job, 1, 3, timeout=10)]
     errs = [p.communicate(timeout=60)[1] for p in procs]
     assert sum("rank 1 is already taken" in e for e in errs) == 1
     assert all(p.returncode != 0 for p in procs)       # rank 2 never came: the others time out
@@ -62,13 +63,17 @@ def test_second_process_claiming_a_rank_is_refused():
 
 def test_world_size_disagreement_is_refused():
     job = "sec-" + secrets.token_hex(4)
-    first = join(job, 0, 2)
+    first = join(job, 0, 2, timeout=20)
     name, _ = segment.job_identity(job)
-    wait_for_entry(name, first)
-    second = join(job, 1, 3)
-    err = second.communicate(timeout=60)[1]
-    assert second.returncode != 0 and "world size 2" in err and "world_size=3" in err
-    first.communicate(timeout=60)
+    try:
+        wait_for_entry(name, first)
+        second = join(job, 1, 3)
+        err = second.communicate(timeout=60)[1]
+        assert second.returncode != 0 and "world size 2" in err and "world_size=3" in err
+    finally:
+        first.kill()
+        first.wait()
+        segment.unlink(name)
 
 
 def test_job_name_in_use_by_a_live_job_is_refused():
