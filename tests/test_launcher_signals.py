@@ -27,7 +27,12 @@ def test_signalled_launcher_leaves_no_rank_and_no_entry(sig):
     launcher = subprocess.Popen([sys.executable, os.path.join(HERE, "launcher_victim.py")],
                                 env=env, cwd=HERE, stdout=subprocess.PIPE, text=True)
     try:
-        pids = [int(re.search(r"pid (\d+)", launcher.stdout.readline()).group(1)) for _ in range(2)]
+        seen = ""
+        while len(re.findall(r"pid (\d+)", seen)) < 2:
+            line = launcher.stdout.readline()
+            assert line, "the launcher ended before both ranks reported"
+            seen += line
+        pids = [int(p) for p in re.findall(r"pid (\d+)", seen)]
         time.sleep(0.3)
         launcher.send_signal(sig)
         launcher.wait(timeout=30)
