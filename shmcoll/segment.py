@@ -1,7 +1,8 @@
 """Lifecycle of the shared-memory segment behind a communicator.
 
 Names are ``/shmcoll.<uid>.<32 hex digits>``: 128 random bits for jobs started by
-``launch``, a hash of the job name for jobs joined by name.  Segments are created
+``launch``; for jobs joined by name, a hash of the job name keyed by a per-user random
+secret (``~/.cache/shmcoll/job-key``), so only the same user can compute it.  Segments are created
 mode 0600 with O_EXCL; the rank that completes the attach unlinks the name at once,
 so from then on the kernel frees the memory when the last rank unmaps it, whatever
 happens to the ranks.
@@ -29,9 +30,35 @@ def launch_identity():
     return _name(secrets.token_hex(16)), secrets.randbits(63)
 
 
+def _job_key():
+    """A per-user secret (32 random bytes, file mode 0600) that makes job-derived names
+    unguessable to other users while every process of this user derives the same."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    path = os.path.join(base, "shmcoll", "job-key")
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        pass
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(32))
+    except FileExistsError:
+        pass            # another process of ours created it first
+    except OSError:
+        return b""      # no writable cache: names still hash the uid and the job
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def job_identity(job):
-    """(name, token) for a job joined by name: every process derives the same pair."""
-    digest = hashlib.blake2b(f"{os.geteuid()}:{job}".encode(), digest_size=24).digest()
+    """(name, token) for a job joined by name: every process of this user derives the
+    same pair, keyed by the user's secret, so the name carries 128 bits no other user
+    can compute."""
+    digest = hashlib.blake2b(f"{os.geteuid()}:{job}".encode(), digest_size=24,
+                             key=_job_key()[:64]).digest()
     return _name(digest[:16].hex()), int.from_bytes(digest[16:], "little") >> 1
 
 

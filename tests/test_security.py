@@ -128,3 +128,17 @@ def test_wrong_token_is_refused():
     finally:
         segment.unlink(name)
         del seg
+
+
+def test_job_names_are_keyed_by_a_private_per_user_secret():
+    key = segment._job_key()
+    assert len(key) == 32
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    assert stat.S_IMODE(os.stat(os.path.join(base, "shmcoll", "job-key")).st_mode) == 0o600
+    code = "from shmcoll import segment; print(segment.job_identity('same-job')[0])"
+    other = subprocess.run([sys.executable, "-c", code], env=ENV, cwd=HERE, text=True,
+                           capture_output=True, timeout=60).stdout.strip()
+    assert other == segment.job_identity("same-job")[0]       # same user: same name
+    import hashlib
+    unkeyed = hashlib.blake2b(f"{os.geteuid()}:same-job".encode(), digest_size=24).digest()
+    assert unkeyed[:16].hex() not in other                    # not computable without the key
