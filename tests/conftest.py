@@ -9,6 +9,16 @@ from shmcoll import segment  # noqa: E402
 from rankpool import RankPool  # noqa: E402
 
 
+def pytest_addoption(parser):
+    parser.addoption("--soak-full", action="store_true",
+                     help="run the soak at full size: 10,000 collectives, 10^6 ring messages")
+
+
+@pytest.fixture
+def soak_full(request):
+    return request.config.getoption("--soak-full")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_shm_leaks():
     """No /dev/shm entry of the project may survive the test session."""

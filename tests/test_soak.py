@@ -1,14 +1,12 @@
 """Many random collectives with every result checked; memory and /dev/shm stay flat.
 
-The full sizes run with SHMCOLL_SOAK=full (10,000 collectives at P=4, 10^6 ring
-messages); by default a shortened run keeps the suite quick."""
+`pytest tests/test_soak.py --soak-full` runs the full sizes (10,000 collectives at
+P=4, 10^6 ring messages); by default a shortened run keeps the suite quick."""
 import os
 
 import shmcoll
 from shmcoll import segment
 from workers import ring_stress, soak
-
-FULL = os.environ.get("SHMCOLL_SOAK") == "full"
 
 
 def shm_used_bytes():
@@ -16,8 +14,8 @@ def shm_used_bytes():
     return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
-def test_random_collectives_soak():
-    n_ops = 10_000 if FULL else 300
+def test_random_collectives_soak(soak_full):
+    n_ops = 10_000 if soak_full else 300
     before_entries, before_used = set(segment.list_entries()), shm_used_bytes()
     max_bytes = 4 << 20
     results = shmcoll.launch(soak, 4, args=(n_ops, 1234, max_bytes), timeout=120)
@@ -30,6 +28,6 @@ def test_random_collectives_soak():
     assert shm_used_bytes() - before_used < 1 << 20
 
 
-def test_ring_buffer_stress_between_two_ranks():
-    n = 1_000_000 if FULL else 20_000
+def test_ring_buffer_stress_between_two_ranks(soak_full):
+    n = 1_000_000 if soak_full else 20_000
     assert shmcoll.launch(ring_stress, 2, args=(n, 99, 3000)) == [0, 0]
