@@ -1,30 +1,22 @@
 """`shmcoll cleanup` removes what a dead job left and never touches a live job."""
-import os
 import secrets
 import signal
-import subprocess
-import sys
 import time
 
-import shmcoll
+from procs import cleaned_up, run, spawn
 from shmcoll import segment
-
-ROOT = os.path.dirname(os.path.dirname(shmcoll.__file__))
-HERE = os.path.dirname(__file__)
-ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
 
 
 def cleanup(*args):
-    return subprocess.run([sys.executable, "-m", "shmcoll", "cleanup", *args], env=ENV, cwd=HERE,
-                          text=True, capture_output=True, timeout=60)
+    return run("-m", "shmcoll", "cleanup", *args)
 
 
 def test_cleanup_removes_a_dead_jobs_entry_and_keeps_a_live_one():
     job = "cleanup-" + secrets.token_hex(4)
     name, _ = segment.job_identity(job)
     code = f"import shmcoll; shmcoll.init(rank=0, world_size=2, job={job!r}, timeout=60)"
-    rank0 = subprocess.Popen([sys.executable, "-c", code], env=ENV, cwd=HERE)
-    try:
+    rank0 = spawn("-c", code)
+    with cleaned_up([rank0], [name]):
         deadline = time.monotonic() + 30
         while name.lstrip("/") not in segment.list_entries():
             assert time.monotonic() < deadline and rank0.poll() is None
@@ -41,8 +33,3 @@ def test_cleanup_removes_a_dead_jobs_entry_and_keeps_a_live_one():
         res = cleanup()
         assert f"removed /dev/shm{name}" in res.stdout
         assert name.lstrip("/") not in segment.list_entries()
-    finally:
-        if rank0.poll() is None:
-            rank0.kill()
-            rank0.wait()
-        segment.unlink(name)

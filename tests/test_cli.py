@@ -1,19 +1,11 @@
 """The perf tester and info, run as a user would."""
 import json
-import os
-import subprocess
-import sys
 
-import shmcoll
-
-# The directory holding the shmcoll this test imported (installed or built in place).
-ROOT = os.path.dirname(os.path.dirname(shmcoll.__file__))
+from procs import run
 
 
 def run_cli(*args, timeout=300):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-m", "shmcoll", *args], env=env, text=True,
-                          capture_output=True, timeout=timeout, cwd=os.path.dirname(__file__))
+    return run("-m", "shmcoll", *args, timeout=timeout)
 
 
 def test_perf_allreduce_prints_nccl_tests_table_and_json(tmp_path):

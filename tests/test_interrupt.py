@@ -1,25 +1,15 @@
 """Ctrl-C reaches a rank blocked in a long wait: the wait polls Python's signal
 handlers while asleep, so KeyboardInterrupt is raised within a sleep slice."""
-import os
 import secrets
 import signal
-import subprocess
-import sys
 import time
 
-import shmcoll
+from procs import cleaned_up, rank_env, spawn
 from shmcoll import segment
-
-HERE = os.path.dirname(__file__)
-ROOT = os.path.dirname(os.path.dirname(shmcoll.__file__))
 
 
 def start(where, rank, world, job):
-    env = dict(os.environ, SHMCOLL_JOB=job, SHMCOLL_RANK=str(rank), SHMCOLL_WORLD_SIZE=str(world),
-               PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
-    return subprocess.Popen([sys.executable, os.path.join(HERE, "interrupt_rank.py"), where],
-                            env=env, cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    return spawn("interrupt_rank.py", where, **rank_env(job, rank, world))
 
 
 def interrupt_and_wait(proc, delay):
@@ -42,11 +32,8 @@ def test_ctrl_c_interrupts_a_rank_waiting_to_join():
 def test_ctrl_c_interrupts_a_rank_blocked_in_allreduce():
     job = "intr-" + secrets.token_hex(4)
     waiter, sleeper = start("allreduce", 0, 2, job), start("allreduce", 1, 2, job)
-    try:
+    with cleaned_up([waiter, sleeper]):
         assert waiter.stdout.readline().strip() == "joined"
         took, err = interrupt_and_wait(waiter, 1.0)
         assert waiter.returncode != 0 and "KeyboardInterrupt" in err and "allreduce" in err
         assert took < 5
-    finally:
-        sleeper.kill()
-        sleeper.wait()

@@ -1,31 +1,18 @@
 """Join mode: processes started by subprocess find each other by job name."""
 import json
 import re
-import os
 import secrets
-import subprocess
-import sys
 
 import pytest
 
 import shmcoll
+from procs import rank_env, spawn
 from shmcoll import segment
-
-HERE = os.path.dirname(__file__)
-# The directory holding the shmcoll this test imported (installed or built in place).
-ROOT = os.path.dirname(os.path.dirname(shmcoll.__file__))
 
 
 def start_ranks(world, job, ranks=None, timeout=20):
-    env_base = dict(os.environ, SHMCOLL_JOB=job, SHMCOLL_WORLD_SIZE=str(world),
-                    PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
-    procs = []
-    for rank in (range(world) if ranks is None else ranks):
-        env = dict(env_base, SHMCOLL_RANK=str(rank))
-        procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "join_rank.py"), str(timeout)],
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, cwd=HERE))
-    return procs
+    return [spawn("join_rank.py", str(timeout), **rank_env(job, rank, world))
+            for rank in (range(world) if ranks is None else ranks)]
 
 
 def finish(procs, timeout=60):

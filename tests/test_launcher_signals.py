@@ -1,18 +1,12 @@
 """Signals to the launching process: its ranks go away and nothing is left in /dev/shm."""
-import os
 import re
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
-import shmcoll
+from procs import cleaned_up, spawn
 from shmcoll import segment
-
-HERE = os.path.dirname(__file__)
-ROOT = os.path.dirname(os.path.dirname(shmcoll.__file__))
 
 
 def alive(pid):
@@ -23,10 +17,8 @@ def alive(pid):
                          ids=["SIGINT", "SIGTERM", "SIGKILL"])
 def test_signalled_launcher_leaves_no_rank_and_no_entry(sig):
     before = set(segment.list_entries())
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
-    launcher = subprocess.Popen([sys.executable, os.path.join(HERE, "launcher_victim.py")],
-                                env=env, cwd=HERE, stdout=subprocess.PIPE, text=True)
-    try:
+    launcher = spawn("launcher_victim.py")
+    with cleaned_up([launcher]):
         seen = ""
         while len(re.findall(r"pid (\d+)", seen)) < 2:
             line = launcher.stdout.readline()
@@ -41,7 +33,3 @@ def test_signalled_launcher_leaves_no_rank_and_no_entry(sig):
             time.sleep(0.05)
         assert not any(alive(p) for p in pids)
         assert set(segment.list_entries()) <= before
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()

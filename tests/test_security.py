@@ -2,27 +2,21 @@
 import os
 import secrets
 import stat
-import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 
 import shmcoll
+from procs import cleaned_up, run, spawn
 from shmcoll import _engine, segment
 from shmcoll.config import EngineParams
-
-HERE = os.path.dirname(__file__)
-ROOT = os.path.dirname(os.path.dirname(shmcoll.__file__))
-ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
 
 
 def join(job, rank, world, timeout=3.0):
     code = (f"import shmcoll; c = shmcoll.init(rank={rank}, world_size={world}, job={job!r}, "
             f"timeout={timeout}); c.barrier(); print('ok')")
-    return subprocess.Popen([sys.executable, "-c", code], env=ENV, cwd=HERE, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return spawn("-c", code)
 
 
 def wait_for_entry(name, proc):
@@ -36,15 +30,11 @@ def test_entries_are_private_to_the_user():
     job = "sec-" + secrets.token_hex(4)
     name, _ = segment.job_identity(job)
     rank0 = join(job, 0, 2, timeout=10)
-    try:
+    with cleaned_up([rank0], [name]):
         wait_for_entry(name, rank0)
         mode = os.stat("/dev/shm" + name).st_mode
         assert stat.S_IMODE(mode) == 0o600
         assert name.startswith(f"/shmcoll.{os.geteuid()}.") and len(name.rsplit(".", 1)[1]) == 32
-    finally:
-        rank0.kill()
-        rank0.wait()
-        segment.unlink(name)
 
 
 def test_launch_names_carry_128_random_bits():
@@ -65,30 +55,22 @@ def test_world_size_disagreement_is_refused():
     job = "sec-" + secrets.token_hex(4)
     first = join(job, 0, 2, timeout=20)
     name, _ = segment.job_identity(job)
-    try:
+    with cleaned_up([first], [name]):
         wait_for_entry(name, first)
         second = join(job, 1, 3)
         err = second.communicate(timeout=60)[1]
         assert second.returncode != 0 and "world size 2" in err and "world_size=3" in err
-    finally:
-        first.kill()
-        first.wait()
-        segment.unlink(name)
 
 
 def test_job_name_in_use_by_a_live_job_is_refused():
     job = "sec-" + secrets.token_hex(4)
     name, _ = segment.job_identity(job)
     first = join(job, 0, 2, timeout=10)
-    try:
+    with cleaned_up([first], [name]):
         wait_for_entry(name, first)
         second = join(job, 0, 2)
         err = second.communicate(timeout=60)[1]
         assert second.returncode != 0 and "already in use" in err
-    finally:
-        first.kill()
-        first.wait()
-        segment.unlink(name)
 
 
 def test_fuzzed_segment_headers_never_crash_an_attach():
@@ -136,8 +118,7 @@ def test_job_names_are_keyed_by_a_private_per_user_secret():
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     assert stat.S_IMODE(os.stat(os.path.join(base, "shmcoll", "job-key")).st_mode) == 0o600
     code = "from shmcoll import segment; print(segment.job_identity('same-job')[0])"
-    other = subprocess.run([sys.executable, "-c", code], env=ENV, cwd=HERE, text=True,
-                           capture_output=True, timeout=60).stdout.strip()
+    other = run("-c", code).stdout.strip()
     assert other == segment.job_identity("same-job")[0]       # same user: same name
     import hashlib
     unkeyed = hashlib.blake2b(f"{os.geteuid()}:same-job".encode(), digest_size=24).digest()
