@@ -1,10 +1,10 @@
 """launch(): run a function on N ranks (spawned processes) and collect the results.
 
 The launcher creates the job's segment, starts the ranks, and watches their result
-pipes: a rank ends with one message, or with end-of-file when it died.  The first failure (an exception or a
-death) marks the job aborted, so the other ranks stop waiting at once; after a short
-grace period every rank still running is killed, the name is unlinked, and a
-LaunchError names each failed rank with its traceback or signal.
+pipes: a rank ends with one message, or with end-of-file when it died.  The first
+failure (an exception or a death) aborts the job naming that rank, so the others stop
+waiting at once; after a short grace period every rank still running is killed, the
+name is unlinked, and a LaunchError names each failed rank with its traceback or signal.
 """
 import multiprocessing as mp
 import os
