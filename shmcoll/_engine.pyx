@@ -56,6 +56,7 @@ cdef extern from "csrc/shmcoll.h" nogil:
     int sc_error_peer(const sc_comm *c)
     const char *sc_error_what(const sc_comm *c)
     int sc_op_supported(int dtype, int op)
+    int sc_pid_dead(int32_t pid)
 
 
 DEF MAX_BUILTIN_NUM = 64
@@ -179,6 +180,11 @@ cdef class Segment:
     def __dealloc__(self):
         sc_unmap(self.base, self.size)
         self.base = NULL
+
+
+def pid_alive(int pid):
+    """True while `pid` runs; a zombie (exited, not yet reaped) counts as dead."""
+    return not sc_pid_dead(pid)
 
 
 def segment_size(int world, params):

@@ -13,7 +13,8 @@ def subcommand(name, help):
 
 
 def _add_perf_args(p):
-    from shmcoll.perf import COLLECTIVES, parse_size
+    from shmcoll.perf import parse_size
+    from shmcoll.selector import COLLECTIVES
     from shmcoll.ops import ReduceOp
     p.add_argument("collective", choices=COLLECTIVES)
     p.add_argument("-np", "--nprocs", dest="np", type=int, default=2, help="number of ranks")

@@ -12,7 +12,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-COLLECTIVES = ("allreduce", "reduce_scatter", "allgather")
 REDUCING = ("allreduce", "reduce_scatter")
 
 

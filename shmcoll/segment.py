@@ -101,19 +101,7 @@ def unlink(name):
         pass
 
 
-def pid_alive(pid):
-    """True while `pid` runs; a zombie (exited, not yet reaped) counts as dead."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return True
+pid_alive = _engine.pid_alive
 
 
 def create_for_job(name, world, params, token):

@@ -25,9 +25,12 @@ static void record(sc_comm *c, int field, int peer, int64_t mine, int64_t theirs
         m->value_a = mine;
         m->value_b = theirs;
         m->collective = c->call.field[SC_FIELD_COLLECTIVE];
+        /* The release store publishes the complete record with the reason. */
+        sc_signal(&c->hdr->abort, SC_ABORT_MISMATCH);
+    } else {
+        /* Another rank is writing the record: report it only once it is whole. */
+        sc_wait_ge(c, &c->hdr->abort, SC_ABORT_MISMATCH, -1, "", NULL);
     }
-    /* The release store in sc_signal publishes the record with the reason. */
-    sc_signal(&c->hdr->abort, SC_ABORT_MISMATCH);
 }
 
 int sc_call_check(sc_comm *c, int peer)
@@ -54,9 +57,8 @@ int sc_call_check(sc_comm *c, int peer)
 void sc_mismatch_info(const sc_comm *c, int64_t out[6])
 {
     const sc_mismatch *m = &c->hdr->mismatch;
-    int64_t info[6] = { m->field, m->rank_a, m->rank_b, m->value_a, m->value_b, m->collective };
-    for (int i = 0; i < 6; i++)
-        out[i] = info[i];
+    out[0] = m->field, out[1] = m->rank_a, out[2] = m->rank_b;
+    out[3] = m->value_a, out[4] = m->value_b, out[5] = m->collective;
 }
 
 int sc_ranks_missing(const sc_comm *c, int *out, int max)

@@ -66,7 +66,7 @@ void sc_signal(sc_flag *f, uint64_t value)
 
 /* A process that exited but was not reaped yet (a zombie) still answers kill(pid, 0):
  * its state letter in /proc/<pid>/stat tells. */
-static int pid_dead(int32_t pid)
+int sc_pid_dead(int32_t pid)
 {
     if (kill(pid, 0) != 0)
         return errno == ESRCH;
@@ -91,7 +91,7 @@ static int peer_gone(sc_comm *c, int peer)
     if (state == SC_RANK_CLOSED || state == SC_RANK_FAILED)
         return 1;
     int32_t pid = atomic_load_explicit(&rb->pid, memory_order_relaxed);
-    return pid > 0 && pid_dead(pid);
+    return pid > 0 && sc_pid_dead(pid);
 }
 
 static int fail(sc_comm *c, int status, int peer, const char *what)

@@ -90,5 +90,7 @@ int sc_ranks_missing(const sc_comm *c, int *out, int max);
 int sc_error_peer(const sc_comm *c);
 const char *sc_error_what(const sc_comm *c);
 int sc_op_supported(int dtype, int op);
+/* True when the process is gone or a zombie (kill(pid, 0) alone accepts zombies). */
+int sc_pid_dead(int32_t pid);
 
 #endif
