@@ -16,6 +16,7 @@ cnp.import_array()
 
 cdef extern from "numpy/arrayobject.h":
     bint equiv_types "PyArray_EquivTypes"(cnp.PyArray_Descr *a, cnp.PyArray_Descr *b)
+    bint holds_objects "PyDataType_REFCHK"(cnp.PyArray_Descr *d)
 
 cdef extern from "csrc/shmcoll.h" nogil:
     ctypedef struct sc_comm:
@@ -46,11 +47,17 @@ cdef extern from "csrc/shmcoll.h" nogil:
     int sc_wait_attached(sc_comm *c)
     void sc_detach(sc_comm *c, int failed)
     void sc_segment_abort(void *base, size_t size, int failed_rank)
+    ctypedef struct sc_args:
+        int collective, algo, dtype, op, root
+        const void *x
+        void *out
+        size_t count
+    enum:
+        SC_COLL_BARRIER, SC_COLL_ALLREDUCE, SC_COLL_REDUCE_SCATTER, SC_COLL_ALLGATHER,
+        SC_COLL_BROADCAST, SC_COLL_REDUCE, SC_COLL_GATHER, SC_COLL_SCATTER, SC_NCOLLECTIVES
     int sc_barrier(sc_comm *c)
-    int sc_allreduce(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op)
-    int sc_allreduce_direct(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op)
-    int sc_reduce_scatter(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op)
-    int sc_allgather(sc_comm *c, const void *x, void *out, size_t nbytes)
+    int sc_run(sc_comm *c, const sc_args *a)
+    int sc_implements(int collective, int algo)
     void sc_mismatch_info(const sc_comm *c, int64_t out[6])
     int sc_ranks_missing(const sc_comm *c, int *out, int max)
     int sc_error_peer(const sc_comm *c)
@@ -144,6 +151,62 @@ cdef int check_no_partial_overlap(cnp.ndarray o, cnp.ndarray x, bint same_ok=Tru
     return 0
 
 
+cdef cnp.ndarray empty(int nd, cnp.npy_intp *dims, cnp.ndarray like):
+    """A new C-contiguous array of like's dtype.  Builtin numeric types go through
+    the C API; anything whose type number does not say it all (records, strings,
+    datetimes with units, user types such as bfloat16) through numpy."""
+    if cnp.PyArray_ISNUMBER(like):
+        return cnp.PyArray_EMPTY(nd, dims, cnp.PyArray_TYPE(like), 0)
+    return np.empty(tuple(dims[i] for i in range(nd)), dtype=like.dtype)
+
+
+cdef cnp.ndarray out_like(object out, cnp.ndarray xa, bint inplace_ok):
+    """`out` of x's shape and dtype (allocated when None); out=x is in place."""
+    if out is None:
+        return empty(cnp.PyArray_NDIM(xa), cnp.PyArray_DIMS(xa), xa)
+    cdef cnp.ndarray oa = check_out(out, xa, cnp.PyArray_NDIM(xa), cnp.PyArray_DIMS(xa))
+    check_no_partial_overlap(oa, xa, inplace_ok)
+    return oa
+
+
+cdef cnp.ndarray stacked_out(object out, cnp.ndarray xa, int world, int rank):
+    """`out` of shape (world, *x.shape); x may be this rank's own row of it."""
+    cdef int nd = cnp.PyArray_NDIM(xa) + 1
+    if nd > MAX_NDIM:
+        raise ValueError(f"at most {MAX_NDIM - 1} dimensions are supported")
+    cdef cnp.npy_intp dims[MAX_NDIM]
+    cdef int i
+    dims[0] = world
+    for i in range(1, nd):
+        dims[i] = cnp.PyArray_DIMS(xa)[i - 1]
+    if out is None:
+        return empty(nd, dims, xa)
+    cdef cnp.ndarray oa = check_out(out, xa, nd, dims)
+    if _overlaps_other_rows(oa, xa, rank):
+        raise ValueError("x overlaps rows of out other than this rank's own")
+    return oa
+
+
+cdef cnp.ndarray check_buffer(object a, str name):
+    """An array the collective writes into: never silently replaced by a copy."""
+    if not cnp.PyArray_Check(a):
+        raise TypeError(f"{name} must be a numpy.ndarray, got {type(a).__name__}")
+    cdef cnp.ndarray arr = <cnp.ndarray>a
+    if not cnp.PyArray_IS_C_CONTIGUOUS(arr):
+        raise ValueError(f"{name} must be C-contiguous (results cannot be written through a copy)")
+    if not cnp.PyArray_ISWRITEABLE(arr):
+        raise ValueError(f"{name} is read-only")
+    return arr
+
+
+cdef int check_copyable(cnp.ndarray a) except -1:
+    """Copy-only collectives move raw bytes: any dtype without Python objects."""
+    if holds_objects(cnp.PyArray_DESCR(a)):
+        raise TypeError(f"dtype {a.dtype} holds Python objects, which cannot be shared "
+                        f"between processes")
+    return 0
+
+
 cdef class Segment:
     """A mapping of one shared segment (the name is managed by shmcoll.segment)."""
     cdef void *base
@@ -223,9 +286,6 @@ def _strerror(int err):
     return os.strerror(err) if err else "not a shmcoll segment"
 
 
-DEF ALGO_AUTO = -1
-DEF ALGO_RING = 0
-DEF ALGO_DIRECT = 1
 DEF AUTO_CACHE_MAX = 4096
 
 
@@ -242,7 +302,7 @@ cdef class Engine:
     cdef readonly bint completed_attach
     cdef public object choose
     cdef public str closed_reason
-    cdef dict _auto_allreduce
+    cdef list _auto_cache
     cdef object __weakref__
 
     def __cinit__(self, Segment seg, int rank, int world, uint64_t token, params):
@@ -260,7 +320,7 @@ cdef class Engine:
         self.rank = rank
         self.world_size = world
         self.completed_attach = last
-        self._auto_allreduce = {}
+        self._auto_cache = [{} for _ in range(SC_NCOLLECTIVES)]
         self.closed_reason = "the communicator is closed"
 
     cdef int _raise(self, int status, str what) except -1:
@@ -320,42 +380,63 @@ cdef class Engine:
         if st:
             self._raise(st, "barrier")
 
-    cdef int _auto(self, dict cache, str collective, size_t nbytes) except -1:
-        code = cache.get(nbytes)
+    cdef int _run(self, int collective, object algo, int dtype, int op, int root,
+                  const void *x, void *out, size_t count, size_t nbytes) except -1:
+        """The single C call of a collective; `nbytes` is the size the selector sees."""
+        cdef sc_args a
+        a.collective, a.dtype, a.op, a.root = collective, dtype, op, root
+        a.algo = self._code(collective, nbytes, algo)
+        a.x, a.out, a.count = x, out, count
+        cdef int st
+        with nogil:
+            st = sc_run(self.c, &a)
+        if st:
+            self._raise(st, COLLECTIVE_NAMES[collective])
+        return 0
+
+    cdef int _code(self, int collective, size_t nbytes, object algo) except -1:
+        """The schedule for this size: `choose` decides once per (size, algo)."""
+        cdef dict cache = self._auto_cache[collective]
+        key = nbytes if algo is None else (algo, nbytes)
+        code = cache.get(key)
         if code is None:
             if len(cache) >= AUTO_CACHE_MAX:
                 cache.clear()
-            code = cache[nbytes] = self.choose(collective, self.world_size, nbytes)
+            code = self.choose(COLLECTIVE_NAMES[collective], self.world_size, nbytes, algo)
+            cache[key] = code
         return code
 
-    def allreduce(self, x, out, int op, int algo=ALGO_AUTO):
+    cdef int _root(self, int root) except -1:
+        if not 0 <= root < self.world_size:
+            raise ValueError(f"root {root} is out of range for world size {self.world_size}")
+        return root
+
+    def allreduce(self, x, out, int op, algo=None):
         self._live()
         cdef cnp.ndarray xa = as_input(x)
         cdef int dt = dtype_code(xa)
         _check_op(dt, op, xa)
-        cdef cnp.ndarray oa
-        if out is None:
-            oa = cnp.PyArray_EMPTY(cnp.PyArray_NDIM(xa), cnp.PyArray_DIMS(xa),
-                                   cnp.PyArray_TYPE(xa), 0)
-        else:
-            oa = check_out(out, xa, cnp.PyArray_NDIM(xa), cnp.PyArray_DIMS(xa))
-            check_no_partial_overlap(oa, xa)
-        cdef size_t n = <size_t>cnp.PyArray_SIZE(xa)
-        cdef const void *xp = cnp.PyArray_DATA(xa)
-        cdef void *op_ = cnp.PyArray_DATA(oa)
-        cdef int st
-        if algo == ALGO_AUTO:
-            algo = self._auto(self._auto_allreduce, "allreduce", <size_t>cnp.PyArray_NBYTES(xa))
-        with nogil:
-            if algo == ALGO_DIRECT:
-                st = sc_allreduce_direct(self.c, xp, op_, n, dt, op)
-            else:
-                st = sc_allreduce(self.c, xp, op_, n, dt, op)
-        if st:
-            self._raise(st, "allreduce")
+        cdef cnp.ndarray oa = out_like(out, xa, True)
+        self._run(SC_COLL_ALLREDUCE, algo, dt, op, -1, cnp.PyArray_DATA(xa), cnp.PyArray_DATA(oa),
+                  <size_t>cnp.PyArray_SIZE(xa), <size_t>cnp.PyArray_NBYTES(xa))
         return oa
 
-    def reduce_scatter(self, x, out, int op):
+    def reduce(self, x, out, int op, int root, algo=None):
+        self._live()
+        self._root(root)
+        cdef cnp.ndarray xa = as_input(x)
+        cdef int dt = dtype_code(xa)
+        _check_op(dt, op, xa)
+        cdef cnp.ndarray oa = None
+        cdef void *op_ = NULL
+        if self.rank == root:
+            oa = out_like(out, xa, True)
+            op_ = cnp.PyArray_DATA(oa)
+        self._run(SC_COLL_REDUCE, algo, dt, op, root, cnp.PyArray_DATA(xa), op_,
+                  <size_t>cnp.PyArray_SIZE(xa), <size_t>cnp.PyArray_NBYTES(xa))
+        return oa
+
+    def reduce_scatter(self, x, out, int op, algo=None):
         self._live()
         cdef cnp.ndarray xa = as_input(x)
         cdef int dt = dtype_code(xa)
@@ -371,52 +452,79 @@ cdef class Engine:
         dims[0] //= self.world_size
         cdef cnp.ndarray oa
         if out is None:
-            oa = cnp.PyArray_EMPTY(nd, dims, cnp.PyArray_TYPE(xa), 0)
+            oa = empty(nd, dims, xa)
         else:
             oa = check_out(out, xa, nd, dims)
             # In place means out is this rank's own block of x (each element of it
             # is read once, right before it is written); any other overlap is refused.
             if cnp.PyArray_DATA(oa) != <char *>cnp.PyArray_DATA(xa) + self.rank * cnp.PyArray_NBYTES(oa):
                 check_no_partial_overlap(oa, xa, False)
-        cdef size_t n = <size_t>cnp.PyArray_SIZE(oa)
-        cdef const void *xp = cnp.PyArray_DATA(xa)
-        cdef void *op_ = cnp.PyArray_DATA(oa)
-        cdef int st
-        with nogil:
-            st = sc_reduce_scatter(self.c, xp, op_, n, dt, op)
-        if st:
-            self._raise(st, "reduce_scatter")
+        self._run(SC_COLL_REDUCE_SCATTER, algo, dt, op, -1, cnp.PyArray_DATA(xa),
+                  cnp.PyArray_DATA(oa), <size_t>cnp.PyArray_SIZE(oa), <size_t>cnp.PyArray_NBYTES(xa))
         return oa
 
-    def allgather(self, x, out):
+    def allgather(self, x, out, algo=None):
         self._live()
         cdef cnp.ndarray xa = as_input(x)
-        dtype_code(xa)
-        cdef int nd = cnp.PyArray_NDIM(xa) + 1
-        if nd > MAX_NDIM:
-            raise ValueError(f"allgather supports at most {MAX_NDIM - 1} dimensions")
-        cdef cnp.npy_intp dims[MAX_NDIM]
-        cdef int i
-        dims[0] = self.world_size
-        for i in range(1, nd):
-            dims[i] = cnp.PyArray_DIMS(xa)[i - 1]
-        cdef cnp.ndarray oa
-        if out is None:
-            oa = cnp.PyArray_EMPTY(nd, dims, cnp.PyArray_TYPE(xa), 0)
-        else:
-            oa = check_out(out, xa, nd, dims)
-            # x may be this rank's own row of out (in place), nothing else of it
-            if _overlaps_other_rows(oa, xa, self.rank):
-                raise ValueError("x overlaps rows of out other than this rank's own")
-        cdef size_t nb = <size_t>cnp.PyArray_NBYTES(xa)
-        cdef const void *xp = cnp.PyArray_DATA(xa)
-        cdef void *op_ = cnp.PyArray_DATA(oa)
-        cdef int st
-        with nogil:
-            st = sc_allgather(self.c, xp, op_, nb)
-        if st:
-            self._raise(st, "allgather")
+        check_copyable(xa)
+        cdef cnp.ndarray oa = stacked_out(out, xa, self.world_size, self.rank)
+        self._run(SC_COLL_ALLGATHER, algo, -1, -1, -1, cnp.PyArray_DATA(xa), cnp.PyArray_DATA(oa),
+                  <size_t>cnp.PyArray_NBYTES(xa), <size_t>cnp.PyArray_NBYTES(oa))
         return oa
+
+    def gather(self, x, out, int root, algo=None):
+        self._live()
+        self._root(root)
+        cdef cnp.ndarray xa = as_input(x)
+        check_copyable(xa)
+        cdef cnp.ndarray oa = None
+        cdef void *op_ = NULL
+        if self.rank == root:
+            oa = stacked_out(out, xa, self.world_size, self.rank)
+            op_ = cnp.PyArray_DATA(oa)
+        cdef size_t nb = <size_t>cnp.PyArray_NBYTES(xa)
+        self._run(SC_COLL_GATHER, algo, -1, -1, root, cnp.PyArray_DATA(xa), op_, nb,
+                  nb * self.world_size)
+        return oa
+
+    def scatter(self, x, out, int root, algo=None):
+        self._live()
+        self._root(root)
+        cdef cnp.ndarray xa = None, oa
+        cdef const void *xp = NULL
+        if self.rank == root or out is None:
+            if x is None:
+                raise ValueError("scatter: the root must pass x of shape (world_size, ...), and "
+                                 "other ranks must pass out (their receive buffer) or x")
+            xa = as_input(x)
+            check_copyable(xa)
+            if cnp.PyArray_NDIM(xa) == 0 or cnp.PyArray_DIMS(xa)[0] != self.world_size:
+                raise ValueError(f"scatter needs x.shape[0] == world_size {self.world_size}; "
+                                 f"got shape {(<object>xa).shape}")
+        if self.rank == root:
+            xp = cnp.PyArray_DATA(xa)
+        if out is None:
+            oa = empty(cnp.PyArray_NDIM(xa) - 1, cnp.PyArray_DIMS(xa) + 1, xa)
+        elif xa is not None:
+            oa = check_out(out, xa, cnp.PyArray_NDIM(xa) - 1, cnp.PyArray_DIMS(xa) + 1)
+            if self.rank == root and cnp.PyArray_DATA(oa) != <char *>xp + self.rank * cnp.PyArray_NBYTES(oa):
+                check_no_partial_overlap(oa, xa, False)
+        else:
+            oa = check_buffer(out, "out")
+            check_copyable(oa)
+        cdef size_t nb = <size_t>cnp.PyArray_NBYTES(oa)
+        self._run(SC_COLL_SCATTER, algo, -1, -1, root, xp, cnp.PyArray_DATA(oa), nb,
+                  nb * self.world_size)
+        return oa
+
+    def broadcast(self, x, int root, algo=None):
+        self._live()
+        self._root(root)
+        cdef cnp.ndarray xa = check_buffer(x, "x")
+        check_copyable(xa)
+        cdef size_t nb = <size_t>cnp.PyArray_NBYTES(xa)
+        self._run(SC_COLL_BROADCAST, algo, -1, -1, root, cnp.PyArray_DATA(xa), NULL, nb, nb)
+        return xa
 
     def close(self, bint failed=False):
         if self.c != NULL:
@@ -434,7 +542,17 @@ cdef class Engine:
 
 
 CALL_FIELDS = ("collective", "count", "dtype", "op", "root", "algorithm")
-COLLECTIVE_NAMES = {1: "barrier", 2: "allreduce", 3: "reduce_scatter", 4: "allgather"}
+COLLECTIVE_NAMES = {SC_COLL_BARRIER: "barrier", SC_COLL_ALLREDUCE: "allreduce",
+                    SC_COLL_REDUCE_SCATTER: "reduce_scatter", SC_COLL_ALLGATHER: "allgather",
+                    SC_COLL_BROADCAST: "broadcast", SC_COLL_REDUCE: "reduce",
+                    SC_COLL_GATHER: "gather", SC_COLL_SCATTER: "scatter"}
+COLLECTIVE_CODES = {name: code for code, name in COLLECTIVE_NAMES.items()}
+COPY_COLLECTIVES = {SC_COLL_ALLGATHER, SC_COLL_BROADCAST, SC_COLL_GATHER, SC_COLL_SCATTER}
+
+
+def implements(collective, int algo):
+    """Whether the engine has a schedule for (collective name, algorithm code)."""
+    return bool(sc_implements(COLLECTIVE_CODES[collective], algo))
 
 
 def _describe(field, value):
@@ -448,8 +566,8 @@ def _describe(field, value):
         from shmcoll.ops import ReduceOp
         return ReduceOp.from_code(value).value
     if field == "algorithm":
-        from shmcoll.algorithms import REGISTRY
-        return next((n for n, a in REGISTRY.items() if a.CODE == value), str(value))
+        from shmcoll.algorithms import name_of_code
+        return name_of_code(value)
     return str(value)
 
 
@@ -459,7 +577,7 @@ cdef object _mismatch_error(sc_comm *c, str what, int rank):
     field = CALL_FIELDS[info[0]] if 0 <= info[0] < len(CALL_FIELDS) else "call"
     a, b = info[1], info[2]
     mine, theirs = _describe(field, info[3]), _describe(field, info[4])
-    unit = " (bytes)" if field == "count" and info[5] == 4 else ""
+    unit = " (bytes)" if field == "count" and info[5] in COPY_COLLECTIVES else ""
     return MismatchError(f"{what} on rank {rank}: ranks {a} and {b} made different calls: "
                          f"{field}{unit} {mine} on rank {a}, {theirs} on rank {b}; "
                          f"the communicator is unusable", field, (a, b))

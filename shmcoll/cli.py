@@ -13,10 +13,10 @@ def subcommand(name, help):
 
 
 def _add_perf_args(p):
-    from shmcoll.perf import parse_size
-    from shmcoll.selector import COLLECTIVES
+    from shmcoll.sizes import parse_size
+    from shmcoll.selector import ALL_COLLECTIVES
     from shmcoll.ops import ReduceOp
-    p.add_argument("collective", choices=COLLECTIVES)
+    p.add_argument("collective", choices=ALL_COLLECTIVES)
     p.add_argument("-np", "--nprocs", dest="np", type=int, default=2, help="number of ranks")
     p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("8"))
     p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("64M"))
@@ -25,7 +25,13 @@ def _add_perf_args(p):
     p.add_argument("-w", "--warmup", type=int, default=-1, help="untimed calls first (-1: auto)")
     p.add_argument("-d", "--datatype", dest="dtype", default="float32")
     p.add_argument("-o", "--op", default="sum", choices=[m.value for m in ReduceOp])
-    p.add_argument("--algo", default=None, help="force an algorithm (default: cost model)")
+    p.add_argument("--algo", default=None,
+                   help="NAME (force it), auto (the cost model, default) or all (one block per "
+                        "algorithm, fastest marked)")
+    p.add_argument("-r", "--root", type=int, default=0, help="root rank of rooted collectives")
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="busbw against size per algorithm, modelled crossovers marked "
+                        "(needs matplotlib: pip install 'shmcoll[plot]')")
     p.add_argument("-c", "--check", type=int, choices=(0, 1), default=1)
     p.add_argument("--json", default=None, metavar="FILE", help="also write the rows as JSON")
 
@@ -53,6 +59,21 @@ def _validate_perf(parser, opts):
         size_sweep(opts.minbytes, opts.maxbytes, opts.factor)
     except ValueError as e:
         parser.error(str(e))
+    if not 0 <= opts.root < opts.np:
+        parser.error(f"-r/--root must be in [0, {opts.np})")
+    if opts.algo == "auto":
+        opts.algo = None
+    if opts.algo not in (None, "all"):
+        from shmcoll.selector import algorithms_for
+        if opts.algo not in algorithms_for(opts.collective):
+            parser.error(f"--algo {opts.algo}: not an algorithm of {opts.collective}; choose from "
+                         f"{', '.join(algorithms_for(opts.collective) + ['auto', 'all'])}")
+    if opts.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            parser.error("--plot needs matplotlib, which is not installed "
+                         "(pip install matplotlib, or pip install 'shmcoll[plot]')")
     if opts.dtype == "bfloat16":
         import ml_dtypes
         opts.dtype = np.dtype(ml_dtypes.bfloat16)
@@ -82,16 +103,58 @@ def _cleanup(argv):
     return 0
 
 
-@subcommand("info", "build, settings and algorithms in force")
+@subcommand("calibrate", "measure the cost model's parameters on this machine")
+def _calibrate(argv):
+    from shmcoll import calibrate, calibration, selector
+    from shmcoll.launch import launch
+    p = argparse.ArgumentParser(prog="shmcoll calibrate", description=calibrate.__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-np", "--nprocs", dest="worlds", type=int, nargs="+", default=[2, 4],
+                   help="world sizes to calibrate (default: 2 4)")
+    p.add_argument("--quick", action="store_true", help="fewer sizes and shorter timings")
+    p.add_argument("--dry-run", action="store_true", help="measure and print, do not save")
+    opts = p.parse_args(argv)
+    if any(w < 2 for w in opts.worlds):
+        p.error("world sizes must be >= 2 (one rank has nothing to calibrate)")
+    sizes = calibrate.QUICK_SIZES if opts.quick else calibrate.SIZES
+    budget = 0.02 if opts.quick else 0.1
+    for world in opts.worlds:
+        print(f"# calibrating {world} ranks ({len(sizes)} sizes per algorithm)...", flush=True)
+        rows = launch(calibrate.calibrate_worker, world, args=(sizes, budget))[0]
+        model, err = calibrate.fit(rows, world)
+        print(f"  alpha {model.alpha * 1e6:.3f} us/step   overhead {model.overhead * 1e6:.3f} "
+              f"us/message   beta {1 / model.beta / 1e9 if model.beta else float('inf'):.2f} GB/s"
+              f"   gamma {1 / model.gamma / 1e9 if model.gamma else float('inf'):.2f} GB/s")
+        print(f"  fit: rms relative error {err:.1%} over {len(rows)} measurements")
+        print(f"  decisions: {selector.describe(world, model)}")
+        if not opts.dry_run:
+            path = calibration.save(world, model, {"rms_rel_error": round(err, 4),
+                                                   "measurements": len(rows)})
+            print(f"  saved to {path}")
+    return 0
+
+
+@subcommand("info", "build, settings, calibration and algorithms in force")
 def _info(argv):
-    from shmcoll import config, __version__, _engine
+    from shmcoll import calibration, config, __version__, _engine, selector
     from shmcoll.algorithms import REGISTRY
-    argparse.ArgumentParser(prog="shmcoll info").parse_args(argv)
+    p = argparse.ArgumentParser(prog="shmcoll info")
+    p.add_argument("-np", "--nprocs", dest="worlds", type=int, nargs="*", default=[2, 4],
+                   help="world sizes to show the cost model's decisions for")
+    opts = p.parse_args(argv)
     print(f"shmcoll {__version__}  engine {_engine.__file__}")
+    print(f"machine: {calibration.machine_key()}")
     print(f"dtypes: {', '.join(_engine.SUPPORTED_DTYPES)}")
     print("algorithms:")
     for name, alg in REGISTRY.items():
         print(f"  {name:<8} {alg.DESCRIPTION}  [{', '.join(alg.COLLECTIVES)}]")
+    print(f"calibration file: {calibration.cache_path()}")
+    for world in opts.worlds:
+        model, source = calibration.model_for(world)
+        print(f"  P={world}: {source}: alpha {model.alpha * 1e6:.3g} us, overhead "
+              f"{model.overhead * 1e6:.3g} us, beta {model.beta * 1e9:.3g} ns/B, "
+              f"gamma {model.gamma * 1e9:.3g} ns/B")
+        print(f"    decisions: {selector.describe(world, model)}")
     print("settings:")
     for s in config.SETTINGS.values():
         value = s.value()

@@ -1,13 +1,29 @@
 """Communicator: argument checking and dispatch to the engine; no data loops here."""
+import operator
 import os
 import weakref
 
-from shmcoll import _engine, segment, selector
+from shmcoll import _engine, calibration, segment, selector
 from shmcoll.config import EngineParams, get
 from shmcoll.errors import SegmentError
 from shmcoll.ops import OP_CODES, op_code
 
-AUTO = -1   # the engine picks per message size through selector.code
+
+def _op(op):
+    try:
+        return OP_CODES[op]
+    except (KeyError, TypeError):
+        return op_code(op)
+
+
+def _root(root):
+    if isinstance(root, bool) or not isinstance(root, int):
+        try:
+            return operator.index(root)
+        except TypeError:
+            raise TypeError(f"root must be an integer rank, got {root!r}") from None
+    return root
+
 
 # A forked child inherits the mapping but is not the rank: its copies are disowned at
 # fork time, so using one raises instead of corrupting the parent's channels.
@@ -26,58 +42,71 @@ class Communicator:
     and dtype, and ``out=x`` (allreduce) works in place.
     """
 
-    def __init__(self, engine, overrides=None):
+    def __init__(self, engine, rules=None):
         self._engine = engine
         self.rank = engine.rank
         self.world_size = engine.world_size
-        self._overrides = dict(overrides or {})
+        self._rules = rules or selector.Rules()
+        self._model, self.model_source = calibration.model_for(self.world_size)
+        self._debug = str(get("SHMCOLL_DEBUG")).upper() in ("INFO", "TRACE")
         engine.choose = self._choose
         _ENGINES.add(engine)
-        self._algo_codes = {}
 
-    def _choose(self, collective, world, nbytes):
-        """The engine's auto choice: SHMCOLL_ALGO override, else the cost model."""
-        return selector.code(collective, world, nbytes, overrides=self._overrides)
+    def _choose(self, collective, world, nbytes, algo):
+        """Engine code for a call (the engine caches it per size and algo): `algo` if
+        named (its best variant for the size), else the SHMCOLL_ALGO rule covering
+        the size, else the cost model's argmin."""
+        if algo is not None and not isinstance(algo, str):
+            raise ValueError(f"algo must be an algorithm name, 'auto' or None, got {algo!r}")
+        decision = selector.decide(collective, world, nbytes, algo, self._model, self._rules)
+        if self._debug:
+            selector.log_decision(self.rank, collective, world, nbytes, decision)
+        return decision.candidate.code
 
-    def _algo(self, collective, algo):
-        """Engine code of a named algorithm (validated once per name)."""
-        if not isinstance(algo, str):
-            raise ValueError(f"algo must be an algorithm name or None, got {algo!r}")
-        key = (collective, algo)
-        code = self._algo_codes.get(key)
-        if code is None:
-            # "auto" is validated here but chosen per message size by the engine
-            code = selector.code(collective, self.world_size, 0, algo)
-            code = self._algo_codes[key] = AUTO if algo == "auto" else code
-        return code
+    def algorithm_for(self, collective, nbytes, algo=None):
+        """What a call of `collective` on nbytes (see shmcoll.selector) runs here, as
+        'algorithm' or 'algorithm (variant)'."""
+        return selector.decide(collective, self.world_size, nbytes, algo, self._model,
+                               self._rules).candidate.label
+
+    def _choose_variant(self, collective, nbytes, algo):
+        return selector.decide(collective, self.world_size, nbytes, algo, self._model,
+                               self._rules).candidate.variant
 
     # -- collectives -------------------------------------------------------
     def allreduce(self, x, out=None, op="sum", algo=None):
-        """Reduce x over all ranks; every rank gets the result (same shape and dtype)."""
-        try:
-            code = OP_CODES[op]
-        except (KeyError, TypeError):
-            code = op_code(op)
-        if algo is None:
-            return self._engine.allreduce(x, out, code)
-        return self._engine.allreduce(x, out, code, self._algo("allreduce", algo))
+        """Reduce x over all ranks; every rank gets the result (same shape and dtype).
+        out=x works in place."""
+        return self._engine.allreduce(x, out, _op(op), algo)
+
+    def reduce(self, x, out=None, op="sum", root=0, algo=None):
+        """Reduce x over all ranks into `root`: returns the result there, None elsewhere."""
+        return self._engine.reduce(x, out, _op(op), _root(root), algo)
 
     def reduce_scatter(self, x, out=None, op="sum", algo=None):
         """Reduce x over all ranks; rank r gets rows [r*m, (r+1)*m) of the result,
         where m = x.shape[0] // world_size (x.shape[0] must be divisible)."""
-        try:
-            code = OP_CODES[op]
-        except (KeyError, TypeError):
-            code = op_code(op)
-        if algo is not None:
-            self._algo("reduce_scatter", algo)
-        return self._engine.reduce_scatter(x, out, code)
+        return self._engine.reduce_scatter(x, out, _op(op), algo)
 
     def allgather(self, x, out=None, algo=None):
         """Every rank gets the stack of all ranks' x: shape (world_size, *x.shape)."""
-        if algo is not None:
-            self._algo("allgather", algo)
-        return self._engine.allgather(x, out)
+        return self._engine.allgather(x, out, algo)
+
+    def gather(self, x, out=None, root=0, algo=None):
+        """`root` gets the stack of all ranks' x, shape (world_size, *x.shape); other
+        ranks get None."""
+        return self._engine.gather(x, out, _root(root), algo)
+
+    def scatter(self, x, out=None, root=0, algo=None):
+        """Row r of the root's x, shape (world_size, *s), goes to rank r.  Other ranks
+        pass x=None and `out` (their receive buffer of shape s), or an x of the
+        root's shape and dtype (only its shape is used) to have out allocated."""
+        return self._engine.scatter(x, out, _root(root), algo)
+
+    def broadcast(self, x, root=0, algo=None):
+        """Copy the root's x into x on every rank (in place; x must be a writeable,
+        C-contiguous array of the same size everywhere).  Returns x."""
+        return self._engine.broadcast(x, _root(root), algo)
 
     def barrier(self):
         """Return once every rank has entered the barrier."""
@@ -113,7 +142,7 @@ class Communicator:
 
 def _join(seg, name, rank, world, token, params):
     """Attach to a mapped segment, wait for every rank, then unlink the name."""
-    overrides = selector.parse_overrides(get("SHMCOLL_ALGO"))
+    rules = selector.parse_overrides(get("SHMCOLL_ALGO"))
     engine = _engine.Engine(seg, rank, world, token, params)
     try:
         if engine.completed_attach:
@@ -123,7 +152,7 @@ def _join(seg, name, rank, world, token, params):
         engine.close(failed=True)
         segment.unlink(name)
         raise
-    return Communicator(engine, overrides)
+    return Communicator(engine, rules)
 
 
 def attach(name, rank, world, token, params):

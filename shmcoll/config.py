@@ -43,8 +43,15 @@ SETTINGS = {s.name: s for s in (
             "Results of at least this many bytes are written with streaming (non-temporal) "
             "stores, which skip reading the destination into the cache; 0 disables."),
     Setting("SHMCOLL_ALGO", str, "",
-            "Force algorithms instead of the cost model: 'ring', or per collective "
-            "'allreduce:direct;allgather:ring'.  An explicit algo= argument still wins."),
+            "Override the cost model: 'ring', or per collective and size range "
+            "'allreduce:tree@0-64K,ring;broadcast:tree' (grammar in shmcoll.selector).  "
+            "An explicit algo= argument still wins."),
+    Setting("SHMCOLL_DEBUG", str, "",
+            "INFO: log each algorithm decision once per (collective, size, world size) "
+            "with the modelled time of every candidate, to stderr."),
+    Setting("SHMCOLL_CALIBRATION", str, "",
+            "Cost-model calibration file (default ~/.cache/shmcoll/calibration.json, "
+            "written by `shmcoll calibrate`); 'off' ignores any calibration."),
     Setting("SHMCOLL_RANK", int, None, "Join mode: this process's rank (shmcoll.init)."),
     Setting("SHMCOLL_WORLD_SIZE", int, None, "Join mode: number of ranks (shmcoll.init)."),
     Setting("SHMCOLL_JOB", str, None,

@@ -1,36 +1,30 @@
 """`shmcoll perf`: an nccl-tests style throughput tester, and the timing core that the
 benchmark suite shares.
 
-Conventions (nccl-tests): size is the bytes of the full vector (allreduce: x;
-reduce_scatter: x on each rank; allgather: the gathered output); time is the max
-over ranks of the mean per-call time; algbw = size / time; busbw = algbw x 2(P-1)/P
-for allreduce and x (P-1)/P for reduce_scatter and allgather.
+Conventions (nccl-tests): size is the bytes of the full vector (allreduce, reduce,
+broadcast: x; reduce_scatter: x on each rank; allgather, gather: the gathered
+output; scatter: the root's x); time is the max over ranks of the mean per-call
+time; algbw = size / time; busbw = algbw x 2(P-1)/P for allreduce, x 1 for broadcast
+and reduce, x (P-1)/P for the others.  Broadcast is always in place, so its two
+columns time the same call.
 """
 import json
+import sys
 import time
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-REDUCING = ("allreduce", "reduce_scatter")
+REDUCING = ("allreduce", "reduce_scatter", "reduce")
+BLOCKED = ("reduce_scatter", "allgather", "gather", "scatter")   # size = world x a block
 
 
 def bus_factor(collective, world):
-    if world == 1:
+    if world == 1 or collective in ("broadcast", "reduce"):
         return 1.0
     if collective == "allreduce":
         return 2.0 * (world - 1) / world
     return (world - 1) / world
-
-
-def parse_size(text):
-    """'8', '4K', '1.5M', '2G' -> bytes."""
-    s = str(text).strip().upper().rstrip("B")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    try:
-        return int(float(s[:-1]) * mult[s[-1]]) if s and s[-1] in mult else int(s)
-    except ValueError:
-        raise ValueError(f"invalid size {text!r} (use e.g. 8, 4K, 64M, 1G)") from None
 
 
 def size_sweep(minbytes, maxbytes, factor):
@@ -149,19 +143,35 @@ class Row:
 class Case:
     """One collective at one size on this rank: buffers, the call, and its check."""
 
-    def __init__(self, comm, collective, nbytes, dtype, op, algo):
+    def __init__(self, comm, collective, nbytes, dtype, op, algo, root=0):
         self.comm, self.collective, self.op, self.algo = comm, collective, op, algo
         P, itemsize = comm.world_size, np.dtype(dtype).itemsize
         count = nbytes // itemsize
-        if collective != "allreduce":
+        if collective in BLOCKED:
             count -= count % P
-        self.count, self.dtype = count, np.dtype(dtype)
-        per_rank = count // P if collective == "allgather" else count
-        self.x = np.empty(per_rank, dtype)
-        fill_input(self.x, comm.rank)
-        out_shape = {"allreduce": (count,), "reduce_scatter": (count // P,),
-                     "allgather": (P, per_rank)}[collective]
-        self.out = np.empty(out_shape, dtype)
+        self.count, self.dtype, self.root = count, np.dtype(dtype), root
+        block = count // P
+        shapes = {   # (x, out) on this rank
+            "allreduce": ((count,), (count,)), "reduce": ((count,), (count,)),
+            "broadcast": ((count,), None), "reduce_scatter": ((count,), (block,)),
+            "allgather": ((block,), (P, block)), "gather": ((block,), (P, block)),
+            "scatter": ((P, block), (block,)),
+        }[collective]
+        self.x = np.empty(shapes[0], dtype)
+        self.out = np.empty(shapes[1], dtype) if shapes[1] else None
+        self.fill()
+
+    def fill(self):
+        """This rank's inputs: rank_input(r) (broadcast: the root's; scatter: row q is
+        rank q's block)."""
+        r = self.comm.rank
+        if self.collective == "scatter":
+            for q in range(self.comm.world_size):
+                fill_input(self.x[q], q)
+        elif self.collective == "broadcast":
+            fill_input(self.x, self.root) if r == self.root else self.x.fill(0)
+        else:
+            fill_input(self.x, r)
 
     @property
     def nbytes(self):
@@ -170,50 +180,73 @@ class Case:
     def call(self, inplace):
         """The collective as a closure with positional arguments only: the timed loop
         adds a single Python call, as a user's own loop would."""
-        c, x, op, algo = self.comm, self.x, self.op, self.algo
-        if self.collective == "allreduce":
-            out = x if inplace else self.out
-            return lambda: c.allreduce(x, out, op, algo)
-        if self.collective == "reduce_scatter":
-            m = self.count // c.world_size
-            out = x[c.rank * m:(c.rank + 1) * m] if inplace else self.out
-            return lambda: c.reduce_scatter(x, out, op, algo)
+        c, x, op, algo, root, r = self.comm, self.x, self.op, self.algo, self.root, self.comm.rank
         out = self.out
+        coll = self.collective
+        if coll == "allreduce":
+            return lambda: c.allreduce(x, x if inplace else out, op, algo)
+        if coll == "reduce":
+            return lambda: c.reduce(x, x if inplace else out, op, root, algo)
+        if coll == "broadcast":
+            return lambda: c.broadcast(x, root, algo)
+        if coll == "reduce_scatter":
+            m = self.count // c.world_size
+            dst = x[r * m:(r + 1) * m] if inplace else out
+            return lambda: c.reduce_scatter(x, dst, op, algo)
+        if coll == "scatter":
+            dst = x[r] if inplace and r == root else out
+            return lambda: c.scatter(x, dst, root, algo)
+        fn = c.allgather if coll == "allgather" else (lambda a, o, al: c.gather(a, o, root, al))
         if inplace:
-            out[c.rank] = x
-            mine = out[c.rank]
-            return lambda: c.allgather(mine, out, algo)
-        return lambda: c.allgather(x, out, algo)
+            out[r] = x
+            mine = out[r]
+            return lambda: fn(mine, out, algo)
+        return lambda: fn(x, out, algo)
+
+    def _expected(self):
+        """(block list, expect(start, n)) over this rank's flattened result, or None
+        where this rank gets no result."""
+        P, r, m = self.comm.world_size, self.comm.rank, self.count // self.comm.world_size
+        coll = self.collective
+        if coll in ("reduce", "gather") and r != self.root:
+            return None
+        if coll in ("allgather", "gather"):
+            expect = lambda start, n: rank_input(start // m, n, self.dtype, start % m)
+            blocks = [(q * m + s, min(CHECK_BLOCK, m - s)) for q in range(P) for s in range(0, m, CHECK_BLOCK)]
+            return blocks, expect
+        size = m if coll in ("reduce_scatter", "scatter") else self.count
+        blocks = [(s, min(CHECK_BLOCK, size - s)) for s in range(0, size, CHECK_BLOCK)]
+        if coll == "broadcast":
+            return blocks, lambda start, n: rank_input(self.root, n, self.dtype, start)
+        if coll == "scatter":
+            return blocks, lambda start, n: rank_input(r, n, self.dtype, start)
+        lo = r * m if coll == "reduce_scatter" else 0
+        return blocks, lambda start, n: reduced_block(P, lo + start, n, self.dtype, self.op)
 
     def check(self, inplace):
         """Run once on fresh inputs and count wrong elements against numpy, block by
         block so that checking a 1 GiB message needs no more than a few MiB."""
-        P, r = self.comm.world_size, self.comm.rank
-        fill_input(self.x, r)
-        got = self.call(inplace)().reshape(-1)
-        if self.collective == "allgather":
-            m = self.count // P
-            expect = lambda start, n: rank_input(start // m, n, self.dtype, start % m)
-            blocks = [(q * m + s, min(CHECK_BLOCK, m - s)) for q in range(P) for s in range(0, m, CHECK_BLOCK)]
-        else:
-            lo = r * (self.count // P) if self.collective == "reduce_scatter" else 0
-            expect = lambda start, n: reduced_block(P, lo + start, n, self.dtype, self.op)
-            blocks = [(s, min(CHECK_BLOCK, got.size - s)) for s in range(0, got.size, CHECK_BLOCK)]
-        wrong = sum(count_wrong(got[s:s + n], expect(s, n)) for s, n in blocks)
-        fill_input(self.x, r)
+        self.fill()
+        got = self.call(inplace)()
+        expected = self._expected()
+        wrong = 0
+        if expected is not None:
+            got = got.reshape(-1)
+            blocks, expect = expected
+            wrong = sum(count_wrong(got[s:s + n], expect(s, n)) for s, n in blocks)
+        self.fill()
         return wrong
 
 
-def run_size(comm, collective, nbytes, dtype, op, algo, iters, warmup, check, inplace):
-    from shmcoll import selector
-    case = Case(comm, collective, nbytes, dtype, op, algo)
+def run_size(comm, collective, nbytes, dtype, op, algo, iters, warmup, check, inplace, root=0):
+    case = Case(comm, collective, nbytes, dtype, op, algo, root)
     n = iters or auto_iters(case.nbytes)
     w = warmup if warmup >= 0 else max(2, n // 10)
     seconds = time_calls(comm, case.call(inplace), n, w)
     wrong = case.check(inplace) if check else 0
     wrong = int(comm.allreduce(np.array([wrong], np.int64))[0])
     algbw = case.nbytes / seconds / 1e9 if seconds > 0 else 0.0
-    chosen = selector.choose(collective, comm.world_size, case.nbytes, algo)
+    chosen = comm.algorithm_for(collective, case.nbytes, algo)
     return Row(collective, comm.world_size, case.nbytes, case.count, str(case.dtype),
                op if collective in REDUCING else "none", chosen, inplace, seconds * 1e6,
                algbw, algbw * bus_factor(collective, comm.world_size), wrong)
@@ -222,26 +255,30 @@ def run_size(comm, collective, nbytes, dtype, op, algo, iters, warmup, check, in
 TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "half", "bfloat16": "bfloat16"}
 
 
-def header(opts):
+def header(opts, algo):
+    root = f"  root {opts.root}" if opts.collective in ROOTED else ""
     return "\n".join([
         f"# shmcoll perf {opts.collective}: nranks {opts.np}  minBytes {opts.minbytes}  "
         f"maxBytes {opts.maxbytes}  step factor {opts.factor:g}  iters {opts.iters or 'auto'}  "
         f"warmup {opts.warmup if opts.warmup >= 0 else 'auto'}  check {int(opts.check)}  "
-        f"dtype {opts.dtype}  op {opts.op}  algo {opts.algo or 'auto'}",
+        f"dtype {opts.dtype}  op {opts.op}  algo {algo or 'auto'}{root}",
         "#",
         f"# {'':>38}{'out-of-place':>27}{'in-place':>35}",
         f"# {'size':>10} {'count':>12} {'type':>9} {'redop':>6} {'time':>9} {'algbw':>7} "
-        f"{'busbw':>7} {'#wrong':>6}  {'time':>9} {'algbw':>7} {'busbw':>7} {'#wrong':>6}",
+        f"{'busbw':>7} {'#wrong':>6}  {'time':>9} {'algbw':>7} {'busbw':>7} {'#wrong':>6}  algorithm",
         f"# {'(B)':>10} {'(elements)':>12} {'':>9} {'':>6} {'(us)':>9} {'(GB/s)':>7} "
         f"{'(GB/s)':>7} {'':>6}  {'(us)':>9} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6}",
     ])
+
+
+ROOTED = ("broadcast", "reduce", "gather", "scatter")
 
 
 def format_row(oop, inp):
     t = TYPE_NAMES.get(oop.dtype, oop.dtype)
     return (f"  {oop.size:>10} {oop.count:>12} {t:>9} {oop.op:>6} "
             f"{oop.time_us:>9.2f} {oop.algbw_GBs:>7.2f} {oop.busbw_GBs:>7.2f} {oop.wrong:>6}  "
-            f"{inp.time_us:>9.2f} {inp.algbw_GBs:>7.2f} {inp.busbw_GBs:>7.2f} {inp.wrong:>6}")
+            f"{inp.time_us:>9.2f} {inp.algbw_GBs:>7.2f} {inp.busbw_GBs:>7.2f} {inp.wrong:>6}  {oop.algo}")
 
 
 def footer(rows):
@@ -251,21 +288,61 @@ def footer(rows):
                       f"# Avg bus bandwidth    : {avg:.4g}", "#"])
 
 
+def comparison(rows_by_algo, auto_choice):
+    """`--algo all`: out-of-place time per algorithm and size, the fastest marked *,
+    and what auto picks for that size."""
+    names = list(rows_by_algo)
+    lines = ["# out-of-place time (us) per algorithm; * = fastest",
+             f"# {'size':>10} " + " ".join(f"{n:>12}" for n in names) + "  auto picks"]
+    for i, first in enumerate(rows_by_algo[names[0]][::2]):
+        times = {n: rows_by_algo[n][2 * i].time_us for n in names}
+        best = min(times, key=times.get)
+        cells = " ".join(f"{times[n]:>11.2f}{'*' if n == best else ' '}" for n in names)
+        lines.append(f"  {first.size:>10} {cells}  {auto_choice(first.size)}")
+    return "\n".join(lines + ["#"])
+
+
+def _progress(done, total, what):
+    if sys.stderr.isatty():
+        end = "\n" if done == total else ""
+        print(f"\r# {done}/{total} sizes ({what})", end=end, file=sys.stderr, flush=True)
+
+
 def sweep_worker(comm, opts):
     """Runs on every rank; rank 0 prints as it goes.  Returns rows (rank 0) or None."""
-    rows = []
-    if comm.rank == 0:
-        print(header(opts), flush=True)
-    for nbytes in size_sweep(opts.minbytes, opts.maxbytes, opts.factor):
-        pair = [run_size(comm, opts.collective, nbytes, opts.dtype, opts.op, opts.algo,
-                         opts.iters, opts.warmup, opts.check, inplace) for inplace in (False, True)]
-        rows.extend(pair)
-        if comm.rank == 0:
-            print(format_row(*pair), flush=True)
-    if comm.rank == 0:
-        print(footer(rows), flush=True)
-        return rows
-    return None
+    from shmcoll.selector import algorithms_for
+    algos = algorithms_for(opts.collective) if opts.algo == "all" else [opts.algo]
+    sizes = size_sweep(opts.minbytes, opts.maxbytes, opts.factor)
+    rows, by_algo, lead = [], {}, comm.rank == 0
+    for algo in algos:
+        if lead:
+            print(header(opts, algo), flush=True)
+        block = []
+        for k, nbytes in enumerate(sizes):
+            pair = [run_size(comm, opts.collective, nbytes, opts.dtype, opts.op, algo,
+                             opts.iters, opts.warmup, opts.check, inplace, opts.root)
+                    for inplace in (False, True)]
+            block.extend(pair)
+            if lead:
+                print(format_row(*pair), flush=True)
+                _progress(k + 1, len(sizes), algo or "auto")
+        if lead:
+            print(footer(block), flush=True)
+        rows.extend(block)
+        by_algo[algo or "auto"] = block
+    if lead and len(algos) > 1:
+        print(comparison(by_algo, lambda n: comm.algorithm_for(opts.collective, _sized(comm, opts, n))),
+              flush=True)
+    return rows if lead else None
+
+
+def _sized(comm, opts, nbytes):
+    """The size a sweep point really has (blocked collectives round to world blocks)."""
+    itemsize = np.dtype(opts.dtype).itemsize
+    count = nbytes // itemsize
+    if opts.collective in BLOCKED:
+        count -= count % comm.world_size
+    return count * itemsize
 
 
 def run(opts):
@@ -275,4 +352,8 @@ def run(opts):
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump([asdict(r) for r in rows], f, indent=1)
+    if opts.plot:
+        from shmcoll.plot import plot_sweep
+        plot_sweep(rows, opts.plot, opts.collective, opts.np)
+        print(f"# plot written to {opts.plot}")
     return 1 if any(r.wrong for r in rows) else 0

@@ -67,7 +67,34 @@ def reduce_ref(xs, op, dtype_name):
     return np.asarray(res).astype(dtype_of(dtype_name))
 
 
+ROOTED_RESULT = ("reduce", "gather")    # None on every rank but the root
+
+
+def expected_result(case, P, rank):
+    """What workers.run_case(comm, *case) must return on `rank` of P."""
+    collective, shape, dt, op = case[:4]
+    seed = case[6] if len(case) > 6 else 0
+    root = case[7] if len(case) > 7 else 0
+    op = op or "sum"
+    if collective in ROOTED_RESULT and rank != root:
+        return None
+    if collective == "broadcast":
+        return make_input(root, shape, dt, op, seed)
+    if collective == "scatter":
+        return make_input(rank, shape, dt, op, seed)
+    xs = [make_input(r, shape, dt, op, seed) for r in range(P)]
+    if collective in ("allgather", "gather"):
+        return np.stack(xs)
+    full = reduce_ref(xs, op, dt)
+    if collective == "reduce_scatter":
+        m = shape[0] // P
+        return full[rank * m:(rank + 1) * m]
+    return full
+
+
 def bitwise_equal(a, b):
+    if a is None or b is None:
+        return a is None and b is None
     a, b = np.asarray(a), np.asarray(b)
     if a.shape != b.shape or a.dtype != b.dtype:
         return False

@@ -1,74 +1,98 @@
-"""Every op x dtype x shape at P = 1, 2, 3, 4, 8 against the numpy reference,
-in place and out of place, with every rank's result bitwise identical."""
+"""Every collective x algorithm x op x dtype x shape at P = 1, 2, 3, 4, 5, 8 against
+the numpy reference, in place and out of place, with odd roots, and every rank's
+result bitwise identical.  Inputs are small integers, so every summation order gives
+the same bits and the reference can be exact for all algorithms."""
 import numpy as np
 import pytest
 
-from reference import (ALL_DTYPES, FLOAT_DTYPES, bitwise_equal, make_input, ops_for,
-                       reduce_ref, dtype_of)
+from reference import (ALL_DTYPES, FLOAT_DTYPES, bitwise_equal, expected_result, ops_for,
+                       dtype_of)
 from workers import run_cases, float_sum_random
+from shmcoll.config import SETTINGS
+from shmcoll.selector import algorithms_for
 
-WORLDS = [1, 2, 3, 4, 8]
-from shmcoll.config import SETTINGS  # noqa: E402
+WORLDS = [1, 2, 3, 4, 5, 8]
 
 # A chunk is one slot of accumulator elements: LONG crosses chunk boundaries
 # (twice for 4-byte accumulators) with blocks of unequal length.
 LONG = 2 * SETTINGS["SHMCOLL_SLOT_BYTES"].default // 4 + 5
-ALLREDUCE_ALGOS = ["ring", "direct", None]
+REDUCING = ("allreduce", "reduce_scatter", "reduce")
+COPYING = ("allgather", "gather", "scatter", "broadcast")
+ROOTED = ("reduce", "gather", "scatter", "broadcast")
 
 
-def allreduce_shapes(P):
+def algos(collective):
+    return algorithms_for(collective) + [None]
+
+
+def roots(P):
+    return sorted({0, P - 1, P // 2})
+
+
+def shapes_for(collective, P):
+    if collective == "reduce_scatter":
+        return [(0,), (P,), (P * 7, 3)]
     return [(0,), (1,), (max(P - 1, 1),), (13,), (7, 3), ()]
 
 
 def cases_for(P):
+    """(collective, shape, dtype, op, inplace, algo, seed, root) for every combination."""
     cases = []
-    for dt in ALL_DTYPES:
-        for op in ops_for(dt):
-            for shape in allreduce_shapes(P):
-                for inplace in (False, True):
-                    for algo in ALLREDUCE_ALGOS:
-                        cases.append(("allreduce", shape, dt, op, inplace, algo))
-            for shape in [(0,), (P,), (P * 7, 3)]:
-                cases.append(("reduce_scatter", shape, dt, op, False))
-            cases.append(("reduce_scatter", (P * 5,), dt, op, True))
-        for shape in [(0,), (1,), (13,), (2, 3)]:
-            cases.append(("allgather", shape, dt, None, False))
-        cases.append(("allgather", (5,), dt, None, True))
-    for dt in ("float32", "int64", "float16", "uint8"):
-        for op in ("sum", "max"):
-            for algo in ALLREDUCE_ALGOS:
-                cases.append(("allreduce", (LONG,), dt, op, False, algo))
-                cases.append(("allreduce", (LONG + P,), dt, op, True, algo))
-            cases.append(("reduce_scatter", (P * (LONG // P),), dt, op, False))
-        cases.append(("allgather", (LONG,), dt, None, False))
+    for coll in REDUCING + COPYING:
+        for algo in algos(coll):
+            for root in (roots(P) if coll in ROOTED else [0]):
+                for dt in ALL_DTYPES:
+                    for op in (ops_for(dt) if coll in REDUCING else ["sum"]):
+                        for shape in shapes_for(coll, P):
+                            for inplace in (False, True):
+                                cases.append((coll, shape, dt, op, inplace, algo, 0, root))
+    for coll in REDUCING + COPYING:
+        for algo in algos(coll):
+            for dt in ("float32", "int64", "float16", "uint8"):
+                for op in (("sum", "max") if coll in REDUCING else ("sum",)):
+                    n = P * (LONG // P) if coll == "reduce_scatter" else LONG
+                    cases.append((coll, (n,), dt, op, False, algo, 0, P - 1))
+                    cases.append((coll, (n + P * (coll != "reduce_scatter"),), dt, op, True,
+                                  algo, 0, P // 2))
     return cases
-
-
-def expected(case, P, rank, seed=0):
-    collective, shape, dt, op = case[:4]
-    xs = [make_input(r, shape, dt, op or "sum", seed) for r in range(P)]
-    if collective == "allgather":
-        return np.stack(xs) if xs[0].ndim else np.stack(xs).reshape(P)
-    full = reduce_ref(xs, op, dt)
-    if collective == "reduce_scatter":
-        m = shape[0] // P
-        return full[rank * m:(rank + 1) * m]
-    return full
 
 
 @pytest.mark.parametrize("P", WORLDS)
 def test_matrix_against_numpy(pools, P):
-    cases = [c if c[3] is not None else (c[0], c[1], c[2], "sum") + c[4:] for c in cases_for(P)]
+    cases = cases_for(P)
     per_rank = pools(P).run(run_cases, cases)
     wrong = []
     for i, case in enumerate(cases):
         for rank in range(P):
-            if not bitwise_equal(per_rank[rank][i], expected(case, P, rank)):
+            if not bitwise_equal(per_rank[rank][i], expected_result(case, P, rank)):
                 wrong.append((case, rank))
-        if case[0] != "reduce_scatter":
+        if case[0] in ("allreduce", "allgather", "broadcast"):
             if not all(bitwise_equal(per_rank[0][i], per_rank[r][i]) for r in range(P)):
                 wrong.append((case, "ranks differ"))
     assert not wrong, f"{len(wrong)} wrong of {len(cases)}: {wrong[:10]}"
+
+
+def test_copy_collectives_take_any_plain_dtype(pools):
+    per_rank = pools(3).run(_exotic_dtypes)
+    for rank, (bc, ga, ag, sc) in enumerate(per_rank):
+        np.testing.assert_array_equal(bc, np.array([1 + 2j, 3j], np.complex128))
+        assert ga is None if rank else ga.tolist() == [[True, False], [False, True], [True, True]]
+        assert ag["a"].tolist() == [0, 1, 2] and ag["b"].tolist() == [0.5, 1.5, 2.5]
+        assert sc.tolist() == [rank % 2 == 0]
+
+
+def _exotic_dtypes(comm):
+    r = comm.rank
+    bc = np.array([1 + 2j, 3j]) if r == 1 else np.zeros(2, np.complex128)
+    comm.broadcast(bc, root=1)
+    flags = np.array([[True, False], [False, True], [True, True]])
+    ga = comm.gather(flags[r], root=0)
+    rec = np.zeros((), dtype=[("a", "i4"), ("b", "f8")])
+    rec["a"], rec["b"] = r, r + 0.5
+    ag = comm.allgather(rec)
+    sc = comm.scatter(np.array([[True], [False], [True]]) if r == 2 else None,
+                      out=np.empty(1, bool), root=2)
+    return bc, ga, ag, sc
 
 
 @pytest.mark.parametrize("P", [2, 3, 4])
@@ -109,10 +133,13 @@ def test_small_slots_stress_pipeline(monkeypatch):
              ("allreduce", (777,), "float64", "prod", True, "direct"),
              ("reduce_scatter", (P * 333,), "int64", "prod", False),
              ("allgather", (517,), "uint8", "sum", False)]
+    cases += [(coll, (1001,), "int32", "sum", inplace, algo, 0, 1)
+              for coll in REDUCING + COPYING if coll != "reduce_scatter"
+              for algo in algorithms_for(coll) for inplace in (False, True)]
     per_rank = shmcoll.launch(rc, P, args=(cases,))
     for i, case in enumerate(cases):
         for rank in range(P):
-            assert bitwise_equal(per_rank[rank][i], expected(case, P, rank)), (case, rank)
+            assert bitwise_equal(per_rank[rank][i], expected_result(case, P, rank)), (case, rank)
 
 
 def test_dtype_of_results_is_preserved(pools):

@@ -4,23 +4,25 @@ import pytest
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
-from reference import ALL_DTYPES, bitwise_equal, ops_for  # noqa: E402
-from test_collectives import expected  # noqa: E402
+from reference import ALL_DTYPES, bitwise_equal, expected_result, ops_for  # noqa: E402
 from workers import run_cases  # noqa: E402
+from shmcoll.selector import ALL_COLLECTIVES, algorithms_for  # noqa: E402
 
 
 @st.composite
 def cases(draw, P):
-    collective = draw(st.sampled_from(["allreduce", "reduce_scatter", "allgather"]))
+    collective = draw(st.sampled_from(ALL_COLLECTIVES))
     dt = draw(st.sampled_from(ALL_DTYPES))
-    op = draw(st.sampled_from(ops_for(dt))) if collective != "allgather" else "sum"
+    reducing = collective in ("allreduce", "reduce_scatter", "reduce")
+    op = draw(st.sampled_from(ops_for(dt))) if reducing else "sum"
     ndim = draw(st.integers(1 if collective == "reduce_scatter" else 0, 3))
     shape = tuple(draw(st.lists(st.integers(0, 9), min_size=ndim, max_size=ndim)))
     if collective == "reduce_scatter":
         shape = (shape[0] * P,) + shape[1:]
     inplace = draw(st.booleans()) and (collective != "reduce_scatter" or shape[0] > 0)
-    algo = draw(st.sampled_from([None, "auto", "ring", "direct"])) if collective == "allreduce" else None
-    return collective, shape, dt, op, inplace, algo, draw(st.integers(0, 2**16))
+    algo = draw(st.sampled_from([None, "auto"] + algorithms_for(collective)))
+    return (collective, shape, dt, op, inplace, algo, draw(st.integers(0, 2**16)),
+            draw(st.integers(0, P - 1)))
 
 
 @pytest.mark.parametrize("P", [2, 3, 5])
@@ -31,5 +33,5 @@ def test_random_cases_match_numpy(pools, P, data):
     per_rank = pools(P).run(run_cases, batch)
     for i, case in enumerate(batch):
         for rank in range(P):
-            want = expected(case[:5], P, rank, seed=case[6])
+            want = expected_result(case, P, rank)
             assert bitwise_equal(per_rank[rank][i], want), (case, rank)

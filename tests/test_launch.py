@@ -76,7 +76,9 @@ def test_unpicklable_function_is_reported(no_rank_left):
 def test_algorithm_override_from_the_environment(monkeypatch):
     from workers import chosen_algorithms
     monkeypatch.setenv("SHMCOLL_ALGO", "allreduce:direct")
-    assert shmcoll.launch(chosen_algorithms, 2) == [[1, 1]] * 2
+    assert shmcoll.launch(chosen_algorithms, 2) == [["direct", "direct"]] * 2
+    monkeypatch.setenv("SHMCOLL_ALGO", "allreduce:tree@0-1K,rhd")
+    assert shmcoll.launch(chosen_algorithms, 2) == [["tree", "rhd"]] * 2
     monkeypatch.setenv("SHMCOLL_ALGO", "allreduce:bogus")
     with pytest.raises(ValueError, match="bogus"):
         shmcoll.launch(rank_and_size, 2)

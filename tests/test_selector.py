@@ -1,57 +1,221 @@
-"""Cost formulas against hand-computed values; selection and overrides."""
+"""Cost formulas against hand-computed values; selection, overrides, the debug log."""
+import logging
+import math
+
 import pytest
 
-from shmcoll import selector
-from shmcoll.algorithms import ring
-from shmcoll.selector import CostModel
+from shmcoll import calibration, selector
+from shmcoll.algorithms import REGISTRY, direct, naive, rhd, ring, tree
+from shmcoll.algorithms.terms import CostModel, Terms
 
-M = CostModel(alpha=1e-6, beta=1e-9, gamma=0.5e-9)
-
-
-def test_ring_allreduce_cost_matches_patarasuk_yuan():
-    # 2(P-1)α + 2n(P-1)/P β + n(P-1)/P γ with P=4, n=1 MB
-    want = 6e-6 + 2 * 1e6 * 0.75 * 1e-9 + 1e6 * 0.75 * 0.5e-9
-    assert ring.cost("allreduce", 4, 1e6, M) == pytest.approx(want)
+# α = 1 µs per step, o = 0, β = 1 ns/B, γ = 0.5 ns/B: the textbook formulas.
+M = CostModel(alpha=1e-6, overhead=0.0, beta=1e-9, gamma=0.5e-9)
 
 
-def test_ring_reduce_scatter_and_allgather_costs():
-    assert ring.cost("reduce_scatter", 8, 8e6, M) == pytest.approx(7e-6 + 7e6 * 1e-9 + 7e6 * 0.5e-9)
-    assert ring.cost("allgather", 2, 2e3, M) == pytest.approx(1e-6 + 1e3 * 1e-9)
-    assert ring.cost("allreduce", 1, 1e9, M) == 0.0
+def seconds(alg, collective, P, n, model=M):
+    return {v: model.seconds(t) for v, _, t in alg.variants(collective, P, n)}
 
 
-def test_direct_cost_and_crossover():
-    from shmcoll.algorithms import direct
-    assert direct.cost("allreduce", 4, 1e3, M) == pytest.approx(1e-6 + 6e3 * 1e-9 + 3e3 * 0.5e-9)
-    assert selector.choose("allreduce", 2, 8) == "direct"
-    assert selector.choose("allreduce", 2, 64 << 20) == "ring"
-    with pytest.raises(ValueError, match="unknown algorithm 'direct' for reduce_scatter"):
-        selector.choose("reduce_scatter", 4, 8, "direct")
+def test_ring_allreduce_matches_patarasuk_yuan():
+    # 2(P-1)α + 2n(P-1)/P β + n(P-1)/P γ with P=4, n=1 MB; β prices bytes copied, and
+    # each byte sent is copied twice (into the slot, out of it): 4n(P-1)/P
+    want = 6e-6 + 4 * 1e6 * 0.75 * 1e-9 + 1e6 * 0.75 * 0.5e-9
+    assert seconds(ring, "allreduce", 4, 1e6)["ring"] == pytest.approx(want)
 
 
-def test_choose_defaults_and_overrides():
-    assert selector.choose("allreduce", 4, 1 << 20) == "ring"
-    assert selector.choose("allreduce", 4, 1 << 20, "ring") == "ring"
-    assert selector.choose("allreduce", 4, 1 << 20, "auto") == "ring"
-    with pytest.raises(ValueError, match="unknown algorithm 'tree'"):
-        selector.choose("allreduce", 4, 8, "tree")
+def test_ring_reduce_scatter_allgather_broadcast_reduce():
+    assert seconds(ring, "reduce_scatter", 8, 8e6)["ring"] == pytest.approx(7e-6 + 7e6 * 2.5e-9)
+    assert seconds(ring, "allgather", 2, 2e3)["ring"] == pytest.approx(1e-6 + 2e3 * 1e-9)
+    # a middle rank of the chain copies n in and n out; with P = 2 there is none
+    assert seconds(ring, "broadcast", 5, 1e6)["chain"] == pytest.approx(4e-6 + 2e6 * 1e-9)
+    assert seconds(ring, "broadcast", 2, 1e6)["chain"] == pytest.approx(1e-6 + 1e6 * 1e-9)
+    assert seconds(ring, "reduce", 5, 1e6)["chain"] == pytest.approx(4e-6 + 2e6 * 1e-9 + 0.5e-3)
 
 
-def test_override_grammar():
-    parse = selector.parse_overrides
-    assert parse("") == {} and parse(None) == {}
-    assert parse("ring") == {"allreduce": "ring", "reduce_scatter": "ring", "allgather": "ring"}
-    assert parse("allreduce:direct") == {"allreduce": "direct"}
-    # a per-collective entry wins over a plain one, whatever the order
-    assert parse("allreduce:direct; ring")["allreduce"] == "direct"
-    assert parse("ring,allreduce:direct")["allgather"] == "ring"
-    for bad in ("tree", "allreduce:tree", "broadcastx:ring", "reduce_scatter:direct"):
-        with pytest.raises(ValueError, match="SHMCOLL_ALGO"):
-            parse(bad)
+def test_binomial_tree_allreduce_matches_the_issue_formula():
+    # 2⌈log2 P⌉α + 2n⌈log2 P⌉β + n⌈log2 P⌉γ: P=5 -> L=3
+    n = 4096
+    want = 6e-6 + 2 * n * 3 * 1e-9 + n * 3 * 0.5e-9
+    assert seconds(tree, "allreduce", 5, n)["binomial"] == pytest.approx(want)
+    assert seconds(tree, "broadcast", 8, n)["binomial"] == pytest.approx(3e-6 + 3 * n * 1e-9)
+    assert seconds(tree, "gather", 8, 8000)["binomial"] == pytest.approx(3e-6 + 7000e-9)
+    assert seconds(tree, "reduce", 2, 100)["binomial"] == pytest.approx(1e-6 + 100e-9 + 50e-9)
 
 
-def test_override_applies_only_to_auto_choices():
-    over = {"allreduce": "direct"}
-    assert selector.code("allreduce", 4, 64 << 20, overrides=over) == 1
-    assert selector.code("allreduce", 4, 64 << 20, "ring", overrides=over) == 0
-    assert selector.code("allreduce", 4, 64 << 20) == 0
+def test_direct_one_shot_and_two_shot():
+    s = seconds(direct, "allreduce", 4, 1e3)
+    assert s["one-shot"] == pytest.approx(1e-6 + 6e3 * 1e-9 + 3e3 * 0.5e-9)
+    assert s["two-shot"] == pytest.approx(2e-6 + 3e3 * 1e-9 + 750 * 0.5e-9)
+    assert seconds(direct, "broadcast", 4, 1e3)["star"] == pytest.approx(1e-6 + 3e-6)
+    assert seconds(direct, "scatter", 4, 4e3)["star"] == pytest.approx(1e-6 + 3e-6)
+
+
+def test_rhd_power_of_two_and_folded():
+    n = 1 << 20
+    s = seconds(rhd, "allreduce", 8, n)
+    assert s["doubling"] == pytest.approx(3e-6 + 3 * n * 2.5e-9)
+    assert s["halving"] == pytest.approx(6e-6 + 4 * n * 7 / 8 * 1e-9 + n * 7 / 8 * 0.5e-9)
+    # P = 6 folds 2 extra ranks onto p2 = 4: + 2α + 2nβ + nγ
+    folded = seconds(rhd, "allreduce", 6, n)["halving"]
+    assert folded == pytest.approx(4e-6 + 4 * n * 0.75e-9 + n * 0.75 * 0.5e-9
+                                   + 2e-6 + 2 * n * 1e-9 + n * 0.5e-9)
+
+
+def test_naive_is_reduce_then_broadcast_through_rank_0():
+    assert seconds(naive, "allreduce", 3, 1e3)["naive"] == pytest.approx(
+        2e-6 + 2 * 2e3 * 1e-9 + 2e3 * 0.5e-9)
+
+
+def test_setup_is_a_per_call_cost_of_one_algorithm():
+    m = CostModel(alpha=0, overhead=0, beta=0, gamma=0, setup=(("tree", 2e-6),))
+    assert m.seconds(Terms(steps=3), "tree") == pytest.approx(2e-6)
+    assert m.seconds(Terms(steps=3), "ring") == 0.0
+    assert selector.cost_table("broadcast", 4, 8, m)["tree"].seconds == pytest.approx(2e-6)
+
+
+def test_overhead_prices_messages_not_steps():
+    one = CostModel(alpha=0, overhead=1e-6, beta=0, gamma=0)
+    assert one.seconds(Terms(steps=5, messages=3)) == pytest.approx(3e-6)
+    s = seconds(direct, "allreduce", 4, 0, one)
+    assert s == {"one-shot": pytest.approx(3e-6), "two-shot": pytest.approx(6e-6)}
+
+
+def test_seed_crossover_tree_vs_ring_at_p16():
+    """The seed: P = 16, α = 1 µs, β = 1 ns/B puts the tree/ring crossover below αP/β
+    = 16 KB: here 2·4α + 8nβ = 30α + 4n(15/16)β, n* = 22α / ((8 - 15/4)β) ≈ 5.2 KB."""
+    m = CostModel(alpha=1e-6, overhead=0, beta=1e-9, gamma=0)
+    table = lambda n: {k: c.seconds for k, c in selector.cost_table("allreduce", 16, n, m).items()}
+    crossover = 22e-6 / ((8 - 15 / 4) * 1e-9)
+    assert table(crossover * 0.99)["tree"] < table(crossover * 0.99)["ring"]
+    assert table(crossover * 1.01)["tree"] > table(crossover * 1.01)["ring"]
+    assert 16e3 / 4 < crossover < 16e3
+
+
+def test_every_registered_algorithm_prices_every_collective_it_claims():
+    for name, alg in REGISTRY.items():
+        for coll in alg.COLLECTIVES:
+            for P in (1, 2, 3, 8, 13):
+                for variant, code, terms in alg.variants(coll, P, 1000):
+                    assert M.seconds(terms) >= 0 and isinstance(code, int), (name, coll, P)
+
+
+def test_choose_with_hand_made_calibrations():
+    latency_bound = CostModel(alpha=100e-6, overhead=0, beta=1e-12, gamma=1e-12)
+    bandwidth_bound = CostModel(alpha=1e-12, overhead=0, beta=1e-9, gamma=1e-9)
+    assert selector.choose("allreduce", 4, 1 << 20, model=latency_bound) == "direct"
+    assert selector.choose("allreduce", 8, 1 << 20, model=bandwidth_bound) in ("ring", "rhd", "direct")
+    assert selector.code("allreduce", 8, 1 << 20, model=bandwidth_bound) in (0, 2, 5)
+    assert selector.choose("broadcast", 8, 64, model=latency_bound) == "direct"
+    assert selector.choose("broadcast", 8, 1 << 26, model=bandwidth_bound) == "ring"
+    # no per-step cost, expensive messages: fewer messages win
+    msg_bound = CostModel(alpha=0, overhead=1e-3, beta=0, gamma=0)
+    assert selector.choose("broadcast", 8, 64, model=msg_bound) == "ring"
+
+
+def test_explicit_algo_wins_and_unknown_names_fail():
+    assert selector.choose("allreduce", 4, 1 << 20, "tree") == "tree"
+    assert selector.choose("allreduce", 4, 8, "auto") == selector.choose("allreduce", 4, 8)
+    with pytest.raises(ValueError, match="unknown algorithm 'rhd' for broadcast"):
+        selector.choose("broadcast", 4, 8, "rhd")
+    with pytest.raises(ValueError, match="unknown algorithm 'butterfly'"):
+        selector.choose("allreduce", 4, 8, "butterfly")
+
+
+def test_a_fixed_algorithm_still_picks_its_variant_by_size():
+    assert selector.code("allreduce", 4, 8, "direct", model=M) == direct.CODE
+    assert selector.code("allreduce", 4, 64 << 20, "direct", model=M) == direct.CODE_TWO_SHOT
+    assert selector.code("allreduce", 8, 8, "rhd", model=M) == rhd.CODE_DOUBLING
+    assert selector.code("allreduce", 8, 64 << 20, "rhd", model=M) == rhd.CODE_HALVING
+
+
+# -- the override grammar -----------------------------------------------------------
+
+def test_grammar_per_collective_ranges():
+    rules = selector.parse_overrides("allreduce:tree@0-64K,ring;broadcast:tree")
+    assert rules.lookup("allreduce", 0) == "tree"
+    assert rules.lookup("allreduce", 64 << 10) == "tree"          # inclusive
+    assert rules.lookup("allreduce", (64 << 10) + 1) == "ring"
+    assert rules.lookup("broadcast", 1 << 30) == "tree"
+    assert rules.lookup("gather", 8) is None                     # not covered: cost model
+    d = selector.decide("allreduce", 4, 100, rules=rules, model=M)
+    assert (d.candidate.algorithm, d.reason) == ("tree", "SHMCOLL_ALGO")
+    d = selector.decide("allreduce", 4, 100, "direct", rules=rules, model=M)
+    assert (d.candidate.algorithm, d.reason) == ("direct", "algo=")
+
+
+def test_grammar_plain_entries_and_precedence():
+    rules = selector.parse_overrides("ring; allreduce:direct@1M-")
+    assert rules.lookup("allreduce", 2 << 20) == "direct"
+    assert rules.lookup("allreduce", 8) == "ring"              # the plain entry
+    assert rules.lookup("broadcast", 8) == "ring"
+    assert rules.lookup("gather", 8) is None                   # ring has no gather
+    assert selector.parse_overrides("tree@4K").lookup("reduce", 4096) == "tree"
+    assert selector.parse_overrides("tree@4K").lookup("reduce", 4097) is None
+    assert selector.parse_overrides("") == () and selector.parse_overrides(None) == ()
+
+
+@pytest.mark.parametrize("bad, why", [
+    ("butterfly", "unknown algorithm 'butterfly'"),
+    ("allreduce:tree@x-", "invalid size"),
+    ("allreduce:tree@64K-1K", "empty size range"),
+    ("bcast:ring", "unknown collective 'bcast'"),
+    ("reduce_scatter:tree", "tree does not implement reduce_scatter"),
+    ("allreduce:", "no algorithm"),
+    ("gather:rhd@0-8", "rhd does not implement gather"),
+])
+def test_grammar_errors_name_the_problem(bad, why):
+    with pytest.raises(ValueError, match="SHMCOLL_ALGO") as e:
+        selector.parse_overrides(bad)
+    assert why in str(e.value)
+
+
+def test_defaults_written_in_the_grammar_round_trip():
+    text = str(selector.describe(4, M))
+    rules = selector.parse_overrides(text)
+    assert format(rules) == text
+    for coll in selector.ALL_COLLECTIVES:
+        for n in [0, 1, 100, 4096, 5000, 1 << 16, 1 << 20, 3 << 22, 1 << 30]:
+            assert rules.lookup(coll, n) == selector.choose(coll, 4, n, model=M), (coll, n, text)
+
+
+def test_describe_finds_the_exact_crossover():
+    rules = selector.describe(4, M, collectives=("broadcast",))
+    assert len(rules) >= 2
+    for rule in rules[:-1]:
+        before = selector.choose("broadcast", 4, rule.hi, model=M)
+        assert before == rule.algorithm != selector.choose("broadcast", 4, rule.hi + 1, model=M)
+
+
+def test_debug_log_lists_every_candidate(caplog):
+    d = selector.decide("allreduce", 4, 4096, model=M)
+    with caplog.at_level(logging.INFO, logger="shmcoll"):
+        selector.log_decision(0, "allreduce", 4, 4096, d)
+        selector.log_decision(0, "allreduce", 4, 4096, d)     # once per key
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1
+    for name in ("ring", "direct", "tree", "rhd", "naive"):
+        assert name in lines[0]
+    assert "allreduce 4096 B P=4" in lines[0] and "cost model" in lines[0]
+
+
+# -- calibration file -----------------------------------------------------------------
+
+def test_calibration_round_trip_is_keyed_by_world(tmp_path, monkeypatch):
+    path = tmp_path / "cal.json"
+    monkeypatch.setenv("SHMCOLL_CALIBRATION", str(path))
+    model = CostModel(alpha=3e-6, overhead=1e-7, beta=2e-10, gamma=1e-10)
+    calibration.save(3, model, {"rms_rel_error": 0.1})
+    got, source = calibration.model_for(3)
+    assert got == model and source.startswith("calibrated")
+    other, source = calibration.model_for(4)
+    assert source == "default" and other == calibration.default_model(4)
+    monkeypatch.setenv("SHMCOLL_CALIBRATION", "off")
+    assert calibration.model_for(3)[1] == "default"
+
+
+def test_corrupt_calibration_file_falls_back_to_defaults(tmp_path, monkeypatch):
+    path = tmp_path / "cal.json"
+    path.write_text("{not json")
+    monkeypatch.setenv("SHMCOLL_CALIBRATION", str(path))
+    assert calibration.model_for(2)[1] == "default"
+    assert not math.isnan(calibration.model_for(2)[0].alpha)

@@ -8,22 +8,37 @@ import numpy as np
 from reference import dtype_of, make_input
 
 
-def run_case(comm, collective, shape, dtype_name, op, inplace, algo=None, seed=0):
-    """Run one collective on this rank's deterministic input; return the result."""
+def run_case(comm, collective, shape, dtype_name, op, inplace, algo=None, seed=0, root=0):
+    """Run one collective on this rank's deterministic input; return the result
+    (reference.expected_result says what it must be)."""
     P, r = comm.world_size, comm.rank
     x = make_input(r, shape, dtype_name, op, seed)
     if collective == "allreduce":
         return comm.allreduce(x, out=x if inplace else None, op=op, algo=algo)
+    if collective == "reduce":
+        return comm.reduce(x, out=x if inplace else None, op=op, root=root, algo=algo)
     if collective == "reduce_scatter":
         if inplace:
             m = shape[0] // P
-            return comm.reduce_scatter(x, out=x[r * m:(r + 1) * m], op=op).copy()
-        return comm.reduce_scatter(x, op=op)
+            return comm.reduce_scatter(x, out=x[r * m:(r + 1) * m], op=op, algo=algo).copy()
+        return comm.reduce_scatter(x, op=op, algo=algo)
+    if collective == "broadcast":
+        buf = make_input(root, shape, dtype_name, op, seed) if r == root else np.zeros_like(x)
+        return comm.broadcast(buf, root=root, algo=algo)
+    if collective == "scatter":
+        if r != root:
+            out = np.empty(shape, dtype_of(dtype_name))
+            return comm.scatter(None, out=out, root=root, algo=algo)
+        rows = np.stack([make_input(q, shape, dtype_name, op, seed) for q in range(P)])
+        return comm.scatter(rows, out=rows[r, ...] if inplace else None, root=root, algo=algo).copy()
+    out = None
     if inplace:
         out = np.empty((P,) + tuple(shape), dtype_of(dtype_name))
         out[r] = x
-        return comm.allgather(out[r], out=out)
-    return comm.allgather(x)
+        x = out[r, ...]
+    if collective == "gather":
+        return comm.gather(x, out=out, root=root, algo=algo)
+    return comm.allgather(x, out=out, algo=algo)
 
 
 def run_cases(comm, cases):
@@ -150,8 +165,8 @@ def allreduce_loop(comm, count, iters):
 
 
 def chosen_algorithms(comm):
-    """The engine codes the communicator picks for a small and a large allreduce."""
-    return [comm._choose("allreduce", comm.world_size, n) for n in (8, 64 << 20)]
+    """The algorithms the communicator picks for a small and a large allreduce."""
+    return [comm.algorithm_for("allreduce", n).split(" ")[0] for n in (8, 64 << 20)]
 
 
 def _call(comm, spec):
@@ -198,7 +213,8 @@ def use_in_forked_child(comm):
     return message, float(comm.allreduce(np.ones(4, np.float32)).sum())
 
 
-SOAK_COLLECTIVES = ("allreduce", "reduce_scatter", "allgather")
+SOAK_COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "gather",
+                    "scatter")
 
 
 def _rss_bytes():
@@ -211,7 +227,8 @@ def soak(comm, n_ops, seed, max_bytes):
     checked here against numpy.  Returns (wrong, peak rss of the first half, peak rss of
     the second half): a leak grows with the number of calls, malloc's high-water mark
     does not."""
-    from reference import ALL_DTYPES, bitwise_equal, dtype_of, make_input, ops_for, reduce_ref
+    from reference import ALL_DTYPES, bitwise_equal, dtype_of, expected_result, ops_for
+    from shmcoll.selector import algorithms_for
     rng = np.random.default_rng(seed)
     P, r = comm.world_size, comm.rank
     wrong, peaks = [], [0, 0]
@@ -225,18 +242,11 @@ def soak(comm, n_ops, seed, max_bytes):
         count = int(np.exp(rng.uniform(0, np.log(max_bytes // itemsize))))
         if coll == "reduce_scatter":
             count = max(P, count - count % P)
-        algo = [None, "ring", "direct"][rng.integers(3)] if coll == "allreduce" else None
-        case = (coll, (count,), dt, op, bool(rng.integers(2)), algo, i)
+        algos = [None] + algorithms_for(coll)
+        algo = algos[rng.integers(len(algos))]
+        case = (coll, (count,), dt, op, bool(rng.integers(2)), algo, i, int(rng.integers(P)))
         got = run_case(comm, *case)
-        xs = [make_input(q, (count,), dt, op, i) for q in range(P)]
-        if coll == "allgather":
-            want = np.stack(xs)
-        else:
-            want = reduce_ref(xs, op, dt)
-            if coll == "reduce_scatter":
-                m = count // P
-                want = want[r * m:(r + 1) * m]
-        if not bitwise_equal(got, want):
+        if not bitwise_equal(got, expected_result(case, P, r)):
             wrong.append(case[:4])
     return wrong, peaks[0], max(peaks[1], _rss_bytes())
 
@@ -275,3 +285,26 @@ def refused_calls_leave_out_untouched(comm):
         except (TypeError, ValueError):
             errors += 1
     return errors, bool((out == 7).all())
+
+
+THEOREM1_BITWISE = {("ring", "ring"), ("direct", "direct"), ("naive", "direct")}
+
+
+def theorem1(comm, cases, m):
+    """For each (dtype, op): allreduce(x) by every algorithm, and
+    allgather(reduce_scatter(x)) by ring and by direct, on random inputs of
+    world_size * m elements (so the orders of summation differ between algorithms)."""
+    from reference import dtype_of
+    from shmcoll.selector import algorithms_for
+    P, out = comm.world_size, []
+    for dt, op in cases:
+        rng = np.random.default_rng([7, comm.rank, len(dt), len(op)])
+        if np.dtype(dtype_of(dt)).kind == "f" or dt == "bfloat16":
+            x = rng.standard_normal(P * m).astype(dtype_of(dt))
+        else:
+            x = rng.integers(-100, 100, P * m).astype(dtype_of(dt))
+        full = {a: comm.allreduce(x, op=op, algo=a) for a in algorithms_for("allreduce")}
+        split = {a: comm.allgather(comm.reduce_scatter(x, op=op, algo=a), algo=a).reshape(-1)
+                 for a in ("ring", "direct")}
+        out.append((full, split))
+    return out

@@ -1,23 +1,48 @@
-"""Direct (one-shot) AllReduce over shared memory.
+"""Direct schedules: every rank exchanges with every peer in a single step — the
+shared-memory-native way (one synchronisation instead of a chain of them).
 
-Every rank publishes its vector to every peer, then reduces all P vectors itself
-in rank order 0..P-1 (so every rank gets the same bits).  One synchronisation
-instead of the ring's 2(P-1) chained steps, at the price of P-1 copies out and
-P-1 vectors read and reduced by every rank.  Implemented in C (csrc/sc_direct.c):
+  one-shot AllReduce   every rank sends x to every peer and reduces all P vectors
+                       itself in rank order (latency-optimal, n·(P-1) bytes each)
+  two-shot AllReduce   direct ReduceScatter (block q to rank q, reduced in rank
+                       order) then direct AllGather, interleaved chunk by chunk
+  ReduceScatter, AllGather   the two halves on their own
+  Broadcast, Reduce, Gather, Scatter   a star around the root
+C: csrc/sc_direct.c, csrc/sc_tree.c (star).  n as in selector.nbytes:
 
-    allreduce   α + 2·(P-1)·n·β + (P-1)·n·γ
+    allreduce one-shot   α +  (P-1)·o +  2n(P-1)·β +  n(P-1)·γ
+    allreduce two-shot  2α + 2(P-1)·o + 4n(P-1)/P·β + n(P-1)/P·γ
+    reduce_scatter       α +  (P-1)·o + 2n(P-1)/P·β + n(P-1)/P·γ
+    allgather            α +  (P-1)·o + 2n(P-1)/P·β
+    broadcast            α +  (P-1)·o +   n(P-1)·β
+    reduce               α +  (P-1)·o +   n(P-1)·β +  n(P-1)·γ
+    gather, scatter      α +  (P-1)·o +  n(P-1)/P·β
+(β per byte copied by the busiest rank: what it sends plus what it receives.)
 """
+from shmcoll.algorithms.terms import Terms
 
 NAME = "direct"
 CODE = 1
-DESCRIPTION = "one-shot: every rank reads all peers' vectors and reduces (latency-optimal)"
-COLLECTIVES = ("allreduce",)
+CODE_TWO_SHOT = 2
+DESCRIPTION = "one step, every peer at once: one-shot/two-shot AllReduce, star rooted ops"
+COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "gather",
+               "scatter")
 
 
-def cost(collective, world, nbytes, model):
+def variants(collective, world, nbytes):
     p, n = world, float(nbytes)
-    if p == 1:
-        return 0.0
+    share = n * (p - 1) / p
     if collective == "allreduce":
-        return model.alpha + 2 * (p - 1) * n * model.beta + (p - 1) * n * model.gamma
-    raise ValueError(f"direct does not implement {collective}")
+        return [("one-shot", CODE, Terms(1, p - 1, 2 * n * (p - 1), n * (p - 1))),
+                ("two-shot", CODE_TWO_SHOT, Terms(2, 2 * (p - 1), 4 * share, share))]
+    terms = {
+        "reduce_scatter": Terms(1, p - 1, 2 * share, share),
+        "allgather": Terms(1, p - 1, 2 * share, 0),
+        "broadcast": Terms(1, p - 1, n * (p - 1), 0),
+        "reduce": Terms(1, p - 1, n * (p - 1), n * (p - 1)),
+        "gather": Terms(1, p - 1, share, 0),
+        "scatter": Terms(1, p - 1, share, 0),
+    }
+    if collective not in terms:
+        raise ValueError(f"direct does not implement {collective}")
+    star = collective in ("broadcast", "reduce", "gather", "scatter")
+    return [("star" if star else NAME, CODE, terms[collective])]

@@ -1,31 +1,44 @@
-"""Ring algorithms (Patarasuk & Yuan 2009), pipelined in slot-sized chunks.
+"""Ring (Patarasuk & Yuan 2009) and its chain relatives, pipelined in slot-sized chunks.
 
 ReduceScatter: P-1 steps; at step k rank r sends block r-k-1 to r+1 and reduces the
 block it receives with its own.  AllGather: P-1 steps forwarding finished blocks.
-AllReduce = ReduceScatter + AllGather (Theorem 1), 2(P-1) steps of n/P bytes.
-Implemented in C (csrc/sc_ring.c); costs from Thakur, Rabenseifner & Gropp (2005):
+AllReduce = ReduceScatter + AllGather (Theorem 1), 2(P-1) steps of n/P bytes, the
+bandwidth-optimal schedule.  Broadcast and Reduce run along the chain
+root → root+1 → … (each rank sends n once; P-1 hops of latency, overlapped across
+chunks).  C: csrc/sc_ring.c (ring), csrc/sc_tree.c (chain).  n as in selector.nbytes:
 
-    allreduce       2(P-1)·α + 2·n·(P-1)/P·β + n·(P-1)/P·γ     (optimal bandwidth term)
-    reduce_scatter   (P-1)·α +   n·(P-1)/P·β + n·(P-1)/P·γ     (n = input bytes)
-    allgather        (P-1)·α +   n·(P-1)/P·β                   (n = gathered bytes)
+    allreduce        2(P-1)·α + 2(P-1)·o + 4n(P-1)/P·β + n(P-1)/P·γ
+    reduce_scatter    (P-1)·α +  (P-1)·o + 2n(P-1)/P·β + n(P-1)/P·γ
+    allgather         (P-1)·α +  (P-1)·o + 2n(P-1)/P·β
+    broadcast         (P-1)·α +       o +      c·n·β
+    reduce            (P-1)·α +       o +      c·n·β +         n·γ
+where c = 2 (a middle rank copies n in and n out), c = 1 when P = 2.  β prices
+bytes copied (sent and received), so the classic sent-bytes terms appear doubled.
 """
+from shmcoll.algorithms.terms import Terms
 
 NAME = "ring"
 CODE = 0
-DESCRIPTION = "bandwidth-optimal pipelined ring (ReduceScatter + AllGather)"
-COLLECTIVES = ("allreduce", "reduce_scatter", "allgather")
+DESCRIPTION = "bandwidth-optimal pipelined ring (ReduceScatter + AllGather); chain for rooted ops"
+COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce")
 
 
-def cost(collective, world, nbytes, model):
-    """Modelled seconds for `collective` on `nbytes` over `world` ranks."""
+def variants(collective, world, nbytes):
+    """[(variant, engine code, Terms)] for `collective` on `nbytes` over `world` ranks."""
     p, n = world, float(nbytes)
-    if p == 1:
-        return 0.0
     share = n * (p - 1) / p
+    middle = 1 if p <= 2 else 2
     if collective == "allreduce":
-        return 2 * (p - 1) * model.alpha + 2 * share * model.beta + share * model.gamma
-    if collective == "reduce_scatter":
-        return (p - 1) * model.alpha + share * model.beta + share * model.gamma
-    if collective == "allgather":
-        return (p - 1) * model.alpha + share * model.beta
-    raise ValueError(f"ring does not implement {collective}")
+        t = Terms(2 * (p - 1), 2 * (p - 1), 4 * share, share)
+    elif collective == "reduce_scatter":
+        t = Terms(p - 1, p - 1, 2 * share, share)
+    elif collective == "allgather":
+        t = Terms(p - 1, p - 1, 2 * share, 0)
+    elif collective == "broadcast":
+        t = Terms(p - 1, 1, middle * n, 0)
+    elif collective == "reduce":
+        t = Terms(p - 1, 1, middle * n, n)
+    else:
+        raise ValueError(f"ring does not implement {collective}")
+    return [(NAME if collective in ("allreduce", "reduce_scatter", "allgather") else "chain",
+             CODE, t)]

@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "sc_copy.h"
 #include "sc_internal.h"
 #include "sc_reduce.h"
 
@@ -245,6 +246,7 @@ void sc_detach(sc_comm *c, int failed)
     sc_signal(&me->barrier, c->barrier_seq);
     free(c->send);
     free(c->scratch);
+    free(c->wide);
     free(c);
 }
 
@@ -270,23 +272,6 @@ int sc_barrier(sc_comm *c)
     return SC_OK;
 }
 
-int sc_begin_reduction(sc_comm *c, int collective, int algo, const void *x, void *out,
-                       size_t count, int dtype, int op, const sc_kernels **k, int *done)
-{
-    *done = 0;
-    if (!(*k = sc_kernels_for(dtype, op)))
-        return SC_EINVAL;
-    if (c->broken)
-        return SC_EBROKEN;
-    sc_call_begin(c, collective, (int64_t)count, dtype, op, -1, algo);
-    if (c->world == 1) {
-        if (out != x)
-            memmove(out, x, count * (*k)->itemsize);
-        *done = 1;
-    }
-    return SC_OK;
-}
-
 int sc_send_acquire(sc_comm *c, sc_endpoint *e, void **slot)
 {
     if (e->seq - e->seen >= c->nslots) {
@@ -295,6 +280,7 @@ int sc_send_acquire(sc_comm *c, sc_endpoint *e, void **slot)
         if (st != SC_OK)
             return st;
     }
+    e->used = c->call_seq;
     *slot = e->slots + (e->seq % c->nslots) * c->slot_bytes;
     return SC_OK;
 }
@@ -326,6 +312,53 @@ void sc_recv_release(sc_endpoint *e)
 {
     e->seq++;
     sc_signal(&e->ch->tail, e->seq);
+}
+
+int sc_put(sc_comm *c, int peer, const void *src, size_t bytes)
+{
+    sc_endpoint *e = &c->send[peer];
+    void *slot;
+    int st = sc_send_acquire(c, e, &slot);
+    if (st != SC_OK)
+        return st;
+    memcpy(slot, src, bytes);
+    sc_send_commit(e);
+    return SC_OK;
+}
+
+int sc_get(sc_comm *c, int peer, void *dst, size_t bytes, int stream)
+{
+    sc_endpoint *e = &c->recv[peer];
+    const void *slot;
+    int st = sc_recv_acquire(c, e, &slot);
+    if (st != SC_OK)
+        return st;
+    sc_out_copy(dst, slot, bytes, stream);
+    sc_recv_release(e);
+    return SC_OK;
+}
+
+int sc_check_receivers(sc_comm *c)
+{
+    for (int peer = 0; peer < c->world; peer++) {
+        if (c->send[peer].used != c->call_seq || c->recv[peer].checked == c->call_seq)
+            continue;
+        int st = sc_call_check(c, peer);
+        if (st != SC_OK)
+            return st;
+        c->recv[peer].checked = c->call_seq;
+    }
+    return SC_OK;
+}
+
+void *sc_wide(sc_comm *c, size_t bytes)
+{
+    if (bytes > c->wide_bytes) {
+        free(c->wide);
+        c->wide = malloc(bytes);
+        c->wide_bytes = c->wide ? bytes : 0;
+    }
+    return c->wide;
 }
 
 int sc_error_peer(const sc_comm *c) { return c->err_peer; }

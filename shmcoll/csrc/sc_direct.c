@@ -1,19 +1,26 @@
-/* Direct (one-shot) AllReduce: every rank publishes its vector to every peer and
- * reduces all P vectors itself, in rank order 0..P-1, so every rank computes the
- * same bits.  One synchronisation per chunk instead of the ring's 2(P-1) chained
- * steps: the latency algorithm, for small messages and for ranks that outnumber
- * cores (where each chained step can cost a context switch).
+/* Direct schedules: every rank exchanges with every peer in one step.
  *
- * Chunk c on rank r: send x[c] to every peer; acc = x_0[c]; acc (+)= x_q[c] for
- * q = 1..P-2; out[c] = acc (+) x_{P-1}[c].  A rank blocked sending to q waits for
- * q to finish an earlier chunk, which only needs chunks sent even earlier, so
- * the waits cannot form a cycle (nslots >= 2). */
+ * One-shot AllReduce: every rank publishes its vector to every peer and reduces all
+ * P vectors itself, in rank order 0..P-1, so every rank computes the same bits.  One
+ * synchronisation per chunk instead of the ring's 2(P-1) chained steps: the latency
+ * algorithm, for small messages and for ranks that outnumber cores.
+ *
+ * ReduceScatter: rank r sends block q of its vector to rank q, and reduces block r
+ * from all P vectors in rank order.  AllGather: rank r sends its block to every
+ * peer.  Two-shot AllReduce is the two, interleaved chunk by chunk: P-1 messages of
+ * n/P each way per rank instead of one-shot's n, at the price of a second step.
+ *
+ * Every schedule is chunk-major: for chunk c a rank first sends to every peer, then
+ * receives from every peer.  A rank blocked sending to q waits for q to finish an
+ * earlier chunk, which only needs chunks sent even earlier, so the waits cannot
+ * form a cycle (at most two items per channel are in flight; nslots >= 2). */
 #include <string.h>
 
+#include "sc_copy.h"
 #include "sc_internal.h"
 #include "sc_reduce.h"
 
-/* Source q of chunk `start`: our own input, or the slot peer q sent us. */
+/* Source q of a chunk: our own input, or the slot peer q sent us. */
 static int acquire_source(sc_comm *c, int q, const char *own, const void **src)
 {
     if (q == c->rank) {
@@ -29,21 +36,8 @@ static void release_source(sc_comm *c, int q)
         sc_recv_release(&c->recv[q]);
 }
 
-static int publish(sc_comm *c, const char *own, size_t bytes)
-{
-    for (int i = 1; i < c->world; i++) {
-        sc_endpoint *e = &c->send[(c->rank + i) % c->world];
-        void *slot;
-        int st = sc_send_acquire(c, e, &slot);
-        if (st != SC_OK)
-            return st;
-        memcpy(slot, own, bytes);
-        sc_send_commit(e);
-    }
-    return SC_OK;
-}
-
-static int reduce_chunk(sc_comm *c, const sc_kernels *k, const char *own, char *dst, size_t n)
+/* dst = x_0 (+) x_1 (+) ... (+) x_{P-1} for one chunk, own = our x_rank. */
+static int reduce_in_rank_order(sc_comm *c, const sc_kernels *k, const char *own, char *dst, size_t n)
 {
     int P = c->world, st;
     const void *src;
@@ -67,23 +61,114 @@ static int reduce_chunk(sc_comm *c, const sc_kernels *k, const char *own, char *
     return SC_OK;
 }
 
-int sc_allreduce_direct(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op)
+static int put_to_all(sc_comm *c, const char *src, size_t bytes)
 {
-    const sc_kernels *k;
-    int done, st = sc_begin_reduction(c, SC_COLL_ALLREDUCE, 1, x, out, count, dtype, op, &k, &done);
-    if (st != SC_OK || done)
-        return st;
-    size_t chunk = c->slot_bytes / k->accsize;
-    for (size_t start = 0; start < count; start += chunk) {
-        size_t n = count - start < chunk ? count - start : chunk;
-        const char *own = (const char *)x + start * k->itemsize;
-        st = publish(c, own, n * k->itemsize);
-        if (st == SC_OK)
-            st = reduce_chunk(c, k, own, (char *)out + start * k->itemsize, n);
-        if (st != SC_OK) {
-            c->broken = 1;
+    for (int i = 1; i < c->world; i++) {
+        int st = sc_put(c, (c->rank + i) % c->world, src, bytes);
+        if (st != SC_OK)
             return st;
-        }
+    }
+    return SC_OK;
+}
+
+int sc_direct_allreduce(sc_comm *c, const sc_args *a, const sc_kernels *k)
+{
+    size_t chunk = c->slot_bytes / k->accsize;
+    for (size_t start = 0; start < a->count; start += chunk) {
+        size_t n = a->count - start < chunk ? a->count - start : chunk;
+        const char *own = (const char *)a->x + start * k->itemsize;
+        int st = put_to_all(c, own, n * k->itemsize);
+        if (st == SC_OK)
+            st = reduce_in_rank_order(c, k, own, (char *)a->out + start * k->itemsize, n);
+        if (st != SC_OK)
+            return st;
+    }
+    return SC_OK;
+}
+
+/* ReduceScatter round i: chunk i of every block.  Block r lands at `mine`. */
+static int rs_round(sc_comm *c, const sc_kernels *k, const char *x, char *mine, size_t count,
+                    size_t i, size_t chunk)
+{
+    size_t off, n, isz = k->itemsize, roff, rlen;
+    for (int j = 1; j < c->world; j++) {
+        int q = (c->rank + j) % c->world;
+        if (!sc_chunk_of(count, c->world, q, i, chunk, &off, &n))
+            continue;
+        int st = sc_put(c, q, x + off * isz, n * isz);
+        if (st != SC_OK)
+            return st;
+    }
+    if (!sc_chunk_of(count, c->world, c->rank, i, chunk, &off, &n))
+        return SC_OK;
+    sc_block_range(count, c->world, c->rank, &roff, &rlen);
+    return reduce_in_rank_order(c, k, x + off * isz, mine + (off - roff) * isz, n);
+}
+
+/* AllGather round i: chunk i of our block (at `mine`) to every peer, theirs into out. */
+static int ag_round(sc_comm *c, const char *mine, char *out, size_t count, size_t isz,
+                    size_t i, size_t chunk, int stream)
+{
+    size_t off, n, roff, rlen;
+    if (sc_chunk_of(count, c->world, c->rank, i, chunk, &off, &n)) {
+        sc_block_range(count, c->world, c->rank, &roff, &rlen);
+        const char *src = mine + (off - roff) * isz;
+        int st = put_to_all(c, src, n * isz);
+        if (st != SC_OK)
+            return st;
+        if (out + off * isz != src)
+            sc_out_copy(out + off * isz, src, n * isz, stream);
+    }
+    for (int j = 1; j < c->world; j++) {
+        int q = (c->rank - j + c->world) % c->world;
+        if (!sc_chunk_of(count, c->world, q, i, chunk, &off, &n))
+            continue;
+        int st = sc_get(c, q, out + off * isz, n * isz, stream);
+        if (st != SC_OK)
+            return st;
+    }
+    return SC_OK;
+}
+
+int sc_direct_two_shot(sc_comm *c, const sc_args *a, const sc_kernels *k)
+{
+    size_t chunk = c->slot_bytes / k->accsize, roff, rlen, isz = k->itemsize;
+    sc_block_range(a->count, c->world, c->rank, &roff, &rlen);
+    char *mine = (char *)a->out + roff * isz;
+    int stream = sc_use_stream(c, a->count * isz) && a->out != a->x;
+    size_t rounds = sc_div_up(sc_div_up(a->count, (size_t)c->world), chunk);
+    for (size_t i = 0; i < rounds; i++) {
+        int st = rs_round(c, k, a->x, mine, a->count, i, chunk);
+        if (st == SC_OK)
+            st = ag_round(c, mine, a->out, a->count, isz, i, chunk, stream);
+        if (st != SC_OK)
+            return st;
+    }
+    return SC_OK;
+}
+
+int sc_direct_reduce_scatter(sc_comm *c, const sc_args *a, const sc_kernels *k)
+{
+    size_t chunk = c->slot_bytes / k->accsize, total = a->count * (size_t)c->world;
+    size_t rounds = sc_div_up(a->count, chunk);
+    for (size_t i = 0; i < rounds; i++) {
+        int st = rs_round(c, k, a->x, a->out, total, i, chunk);
+        if (st != SC_OK)
+            return st;
+    }
+    return SC_OK;
+}
+
+int sc_direct_allgather(sc_comm *c, const sc_args *a, const sc_kernels *k)
+{
+    (void)k;
+    size_t total = a->count * (size_t)c->world;
+    int stream = sc_use_stream(c, total);
+    size_t rounds = sc_div_up(a->count, c->slot_bytes);
+    for (size_t i = 0; i < rounds; i++) {
+        int st = ag_round(c, a->x, a->out, total, 1, i, c->slot_bytes, stream);
+        if (st != SC_OK)
+            return st;
     }
     return SC_OK;
 }

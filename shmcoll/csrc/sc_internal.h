@@ -91,6 +91,7 @@ typedef struct sc_endpoint {
     uint64_t seq;
     uint64_t seen;
     uint64_t checked;    /* the call of ours the peer's call was last checked against */
+    uint64_t used;       /* the last call of ours that sent on this endpoint */
     int peer;
 } sc_endpoint;
 
@@ -109,6 +110,8 @@ struct sc_comm {
     uint64_t call_seq;   /* calls published so far */
     sc_call call;        /* the current one */
     char *scratch;       /* 2 x slot_bytes of process-local accumulator space */
+    char *wide;          /* whole-vector accumulator for narrow dtypes (grown on demand) */
+    size_t wide_bytes;
     int broken;
     int err_peer;
     const char *err_what;
@@ -128,12 +131,61 @@ int sc_wait_ge(sc_comm *c, sc_flag *f, uint64_t target, int peer, const char *wh
 void sc_signal(sc_flag *f, uint64_t value);
 uint64_t sc_now_ns(void);
 
-/* Entry of every reducing collective (sc_comm.c): resolves the kernels, refuses a
- * broken communicator, publishes the call, and completes it itself when
- * world == 1 (*done). */
+/* A schedule: one (collective, algorithm) pair, called by sc_run after the call is
+ * published; k is NULL for copy-only collectives. */
 struct sc_kernels;
-int sc_begin_reduction(sc_comm *c, int collective, int algo, const void *x, void *out,
-                       size_t count, int dtype, int op, const struct sc_kernels **k, int *done);
+typedef int (*sc_schedule)(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+
+int sc_ring_allreduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_ring_reduce_scatter(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_ring_allgather(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_direct_allreduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_direct_two_shot(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_direct_reduce_scatter(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_direct_allgather(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+/* Rooted schedules over a tree whose shape follows a->algo: binomial (tree),
+ * chain (ring), star (direct, naive). */
+int sc_tree_broadcast(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_tree_reduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_tree_gather(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_tree_scatter(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_tree_allreduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_rhd_allreduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+
+/* Block b of `count` elements cut in `world` parts: [off, off+len), the first
+ * count % world blocks one element longer. */
+static inline void sc_block_range(size_t count, int world, int b, size_t *off, size_t *len)
+{
+    size_t base = count / (size_t)world, rem = count % (size_t)world;
+    *off = (size_t)b * base + ((size_t)b < rem ? (size_t)b : rem);
+    *len = base + ((size_t)b < rem);
+}
+
+/* Chunk i (of `chunk` elements) of block b; false when the block is shorter. */
+static inline int sc_chunk_of(size_t count, int world, int b, size_t i, size_t chunk,
+                              size_t *off, size_t *n)
+{
+    size_t boff, blen;
+    sc_block_range(count, world, b, &boff, &blen);
+    if (i * chunk >= blen)
+        return 0;
+    *off = boff + i * chunk;
+    *n = blen - i * chunk < chunk ? blen - i * chunk : chunk;
+    return 1;
+}
+
+static inline size_t sc_div_up(size_t a, size_t b) { return (a + b - 1) / b; }
+
+static inline int sc_wrap(int r, int world) { return ((r % world) + world) % world; }
+
+/* Outputs this large are written with streaming stores. */
+static inline int sc_use_stream(const sc_comm *c, size_t out_bytes)
+{
+    return c->params.stream_bytes && out_bytes >= c->params.stream_bytes;
+}
+
+/* A process-local accumulator of at least `bytes` (NULL when out of memory). */
+void *sc_wide(sc_comm *c, size_t bytes);
 
 /* Calls (sc_call.c): publish ours, check a peer's before using its data. */
 void sc_call_begin(sc_comm *c, int collective, int64_t count, int dtype, int op, int root, int algo);
@@ -144,5 +196,11 @@ int sc_send_acquire(sc_comm *c, sc_endpoint *e, void **slot);
 void sc_send_commit(sc_endpoint *e);
 int sc_recv_acquire(sc_comm *c, sc_endpoint *e, const void **slot);
 void sc_recv_release(sc_endpoint *e);
+/* One chunk (bytes <= slot_bytes) copied into / out of a channel. */
+int sc_put(sc_comm *c, int peer, const void *src, size_t bytes);
+int sc_get(sc_comm *c, int peer, void *dst, size_t bytes, int stream);
+/* After a schedule: checks the call of every peer we sent to and never heard
+ * from, so that a rank that only sends still learns of a mismatch. */
+int sc_check_receivers(sc_comm *c);
 
 #endif

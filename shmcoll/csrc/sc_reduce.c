@@ -90,24 +90,54 @@ static inline sc_bf16 bf16_store(float f)
         }                                                                        \
     }
 
+/* No restrict: combine runs in place (out == a or b), element by element. */
+#define DEFINE_MERGE(TN, T, A, STORE, OPN, COMBINE, FINISH)                      \
+    SC_KERNEL static void combine_##TN##_##OPN(void *out, const void *a, const void *b, size_t n) \
+    {                                                                            \
+        A *o = out;                                                              \
+        const A *x = a, *y = b;                                                  \
+        for (size_t i = 0; i < n; i++)                                           \
+            o[i] = (A)COMBINE(x[i], y[i]);                                       \
+    }                                                                            \
+    SC_KERNEL static void finish_##TN##_##OPN(void *out, const void *acc, size_t n, int world) \
+    {                                                                            \
+        T *o = out;                                                              \
+        const A *in = acc;                                                       \
+        for (size_t i = 0; i < n; i++)                                           \
+            o[i] = STORE(FINISH(A, in[i], world));                               \
+    }
+
 #define DEFINE_FLOAT_OPS(TN, T, A, LOAD, STORE)                                  \
     DEFINE_FIRST(TN, T, A, LOAD)                                                 \
     DEFINE_OP(TN, T, A, LOAD, STORE, sum, C_SUM, FIN_NONE)                       \
+    DEFINE_MERGE(TN, T, A, STORE, sum, C_SUM, FIN_NONE)                         \
     DEFINE_OP(TN, T, A, LOAD, STORE, prod, C_PROD, FIN_NONE)                     \
+    DEFINE_MERGE(TN, T, A, STORE, prod, C_PROD, FIN_NONE)                       \
     DEFINE_OP(TN, T, A, LOAD, STORE, min, C_MIN, FIN_NONE)                       \
+    DEFINE_MERGE(TN, T, A, STORE, min, C_MIN, FIN_NONE)                         \
     DEFINE_OP(TN, T, A, LOAD, STORE, max, C_MAX, FIN_NONE)                       \
-    DEFINE_OP(TN, T, A, LOAD, STORE, avg, C_SUM, FIN_DIV)
+    DEFINE_MERGE(TN, T, A, STORE, max, C_MAX, FIN_NONE)                         \
+    DEFINE_OP(TN, T, A, LOAD, STORE, avg, C_SUM, FIN_DIV)                        \
+    DEFINE_MERGE(TN, T, A, STORE, avg, C_SUM, FIN_DIV)
 
 #define DEFINE_INT_OPS(TN, T, AVG_FINISH)                                        \
     DEFINE_FIRST(TN, T, T, LOAD_SAME)                                            \
     DEFINE_OP(TN, T, T, LOAD_SAME, LOAD_SAME, sum, C_SUM, FIN_NONE)              \
+    DEFINE_MERGE(TN, T, T, LOAD_SAME, sum, C_SUM, FIN_NONE)                     \
     DEFINE_OP(TN, T, T, LOAD_SAME, LOAD_SAME, prod, C_PROD, FIN_NONE)            \
+    DEFINE_MERGE(TN, T, T, LOAD_SAME, prod, C_PROD, FIN_NONE)                   \
     DEFINE_OP(TN, T, T, LOAD_SAME, LOAD_SAME, min, C_MIN, FIN_NONE)              \
+    DEFINE_MERGE(TN, T, T, LOAD_SAME, min, C_MIN, FIN_NONE)                     \
     DEFINE_OP(TN, T, T, LOAD_SAME, LOAD_SAME, max, C_MAX, FIN_NONE)              \
+    DEFINE_MERGE(TN, T, T, LOAD_SAME, max, C_MAX, FIN_NONE)                     \
     DEFINE_OP(TN, T, T, LOAD_SAME, LOAD_SAME, avg, C_SUM, AVG_FINISH)            \
+    DEFINE_MERGE(TN, T, T, LOAD_SAME, avg, C_SUM, AVG_FINISH)                   \
     DEFINE_OP(TN, T, T, LOAD_SAME, LOAD_SAME, band, C_BAND, FIN_NONE)            \
+    DEFINE_MERGE(TN, T, T, LOAD_SAME, band, C_BAND, FIN_NONE)                   \
     DEFINE_OP(TN, T, T, LOAD_SAME, LOAD_SAME, bor, C_BOR, FIN_NONE)              \
-    DEFINE_OP(TN, T, T, LOAD_SAME, LOAD_SAME, bxor, C_BXOR, FIN_NONE)
+    DEFINE_MERGE(TN, T, T, LOAD_SAME, bor, C_BOR, FIN_NONE)                     \
+    DEFINE_OP(TN, T, T, LOAD_SAME, LOAD_SAME, bxor, C_BXOR, FIN_NONE)            \
+    DEFINE_MERGE(TN, T, T, LOAD_SAME, bxor, C_BXOR, FIN_NONE)
 
 DEFINE_INT_OPS(i8, int8_t, FIN_FLOORDIV)
 DEFINE_INT_OPS(u8, uint8_t, FIN_DIV)
@@ -127,8 +157,11 @@ DEFINE_FLOAT_OPS(f64, double, double, LOAD_SAME, LOAD_SAME)
 #define FLOAT_ROW(TN, T, A) { K(TN, T, A, sum), K(TN, T, A, prod), K(TN, T, A, min), K(TN, T, A, max), \
                               K(TN, T, A, avg), NONE, NONE, NONE }
 
-#define K(TN, T, A, OPN) { first_##TN, mid_##TN##_##OPN, last_##TN##_##OPN, sizeof(T), sizeof(A) }
-#define NONE { 0, 0, 0, 0, 0 }
+#define K(TN, T, A, OPN) { first_##TN, mid_##TN##_##OPN, last_##TN##_##OPN, combine_##TN##_##OPN, \
+                          finish_##TN##_##OPN, sizeof(T), sizeof(A),                    \
+                          sizeof(T) != sizeof(A) || SC_##OPN == SC_avg }
+#define NONE { 0 }
+enum { SC_sum, SC_prod, SC_min, SC_max, SC_avg, SC_band, SC_bor, SC_bxor };
 
 /* float16 with F16C: convert a block to float32 (8 lanes per instruction), run the
  * float32 kernel, convert back.  GCC converts _Float16 one element at a time even
@@ -178,6 +211,15 @@ static void f16c_first(void *acc, const void *x, size_t n) { f16c_load(acc, x, n
             last_f32_##OPN(res, (const float *)acc_in + i, wide, m, world);      \
             f16c_store((uint16_t *)out + i, res, m);                             \
         }                                                                        \
+    }                                                                            \
+    static void f16c_finish_##OPN(void *out, const void *acc, size_t n, int world) \
+    {                                                                            \
+        float res[F16C_BLOCK];                                                   \
+        for (size_t i = 0; i < n; i += F16C_BLOCK) {                             \
+            size_t m = n - i < F16C_BLOCK ? n - i : F16C_BLOCK;                  \
+            finish_f32_##OPN(res, (const float *)acc + i, m, world);             \
+            f16c_store((uint16_t *)out + i, res, m);                             \
+        }                                                                        \
     }
 
 DEFINE_F16C_OP(sum)
@@ -186,7 +228,8 @@ DEFINE_F16C_OP(min)
 DEFINE_F16C_OP(max)
 DEFINE_F16C_OP(avg)
 
-#define KF(OPN) { f16c_first, f16c_mid_##OPN, f16c_last_##OPN, 2, 4 }
+#define KF(OPN) { f16c_first, f16c_mid_##OPN, f16c_last_##OPN, combine_f16_##OPN, f16c_finish_##OPN, \
+                  2, 4, 1 }
 static const sc_kernels f16c_row[SC_NOPS] = { KF(sum), KF(prod), KF(min), KF(max), KF(avg),
                                               NONE, NONE, NONE };
 

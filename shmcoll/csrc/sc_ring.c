@@ -36,15 +36,8 @@ typedef struct ring_plan {
     int stream;               /* write the output with streaming stores */
 } ring_plan;
 
-static inline int wrap(int r, int world) { return ((r % world) + world) % world; }
-
-/* Block b covers [off, off+len): the first count % world blocks get one extra element. */
-static inline void block_range(size_t count, int world, int b, size_t *off, size_t *len)
-{
-    size_t base = count / (size_t)world, rem = count % (size_t)world;
-    *off = (size_t)b * base + ((size_t)b < rem ? (size_t)b : rem);
-    *len = base + ((size_t)b < rem);
-}
+#define wrap sc_wrap
+#define block_range sc_block_range
 
 /* Chunk c of block b, as an element range; false when the block has no chunk c. */
 static inline int chunk_of(const ring_plan *p, int b, size_t c, size_t *off, size_t *n)
@@ -155,74 +148,47 @@ static size_t chunk_elems(const sc_comm *c, size_t accsize)
     return c->slot_bytes / accsize;
 }
 
-static int finish(sc_comm *c, int st)
+int sc_ring_allreduce(sc_comm *c, const sc_args *a, const sc_kernels *k)
 {
-    sc_stream_fence();
-    if (st != SC_OK)
-        c->broken = 1;
-    return st;
-}
-
-static int use_stream(const sc_comm *c, size_t out_bytes)
-{
-    return c->params.stream_bytes && out_bytes >= c->params.stream_bytes;
-}
-
-int sc_allreduce(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op)
-{
-    const sc_kernels *k;
-    int done, st = sc_begin_reduction(c, SC_COLL_ALLREDUCE, 0, x, out, count, dtype, op, &k, &done);
-    if (st != SC_OK || done)
-        return st;
-    size_t roff, rlen;
+    size_t roff, rlen, count = a->count;
     block_range(count, c->world, c->rank, &roff, &rlen);
-    ring_plan p = { c, x, out, (char *)out + roff * k->itemsize, count,
-                    chunk_elems(c, k->accsize), k->itemsize, k, op,
-                    use_stream(c, count * k->itemsize) && out != x };
+    ring_plan p = { c, a->x, a->out, (char *)a->out + roff * k->itemsize, count,
+                    chunk_elems(c, k->accsize), k->itemsize, k, a->op,
+                    sc_use_stream(c, count * k->itemsize) && a->out != a->x };
     /* AllGather's own block is the reduced block, already in out. */
     ring_plan ag = p;
     ag.x = p.final;
     size_t n = rounds(&p);
+    int st = SC_OK;
     for (size_t i = 0; i < n && st == SC_OK; i++) {
         st = rs_round(&p, i, 1);
         if (st == SC_OK)
             st = ag_round(&ag, i, 1);
     }
-    return finish(c, st);
+    return st;
 }
 
-int sc_reduce_scatter(sc_comm *c, const void *x, void *out, size_t count_per_rank, int dtype, int op)
+int sc_ring_reduce_scatter(sc_comm *c, const sc_args *a, const sc_kernels *k)
 {
-    const sc_kernels *k;
-    int done, st = sc_begin_reduction(c, SC_COLL_REDUCE_SCATTER, 0, x, out, count_per_rank, dtype,
-                                      op, &k, &done);
-    if (st != SC_OK || done)
-        return st;
-    ring_plan p = { c, x, NULL, out, count_per_rank * (size_t)c->world,
-                    chunk_elems(c, k->accsize), k->itemsize, k, op, 0 };
+    ring_plan p = { c, a->x, NULL, a->out, a->count * (size_t)c->world,
+                    chunk_elems(c, k->accsize), k->itemsize, k, a->op, 0 };
     size_t n = rounds(&p);
+    int st = SC_OK;
     for (size_t i = 0; i < n && st == SC_OK; i++)
         st = rs_round(&p, i, 0);
-    return finish(c, st);
+    return st;
 }
 
-int sc_allgather(sc_comm *c, const void *x, void *out, size_t nbytes)
+int sc_ring_allgather(sc_comm *c, const sc_args *a, const sc_kernels *k)
 {
-    if (c->broken)
-        return SC_EBROKEN;
-    sc_call_begin(c, SC_COLL_ALLGATHER, (int64_t)nbytes, -1, -1, -1, 0);
-    char *own = (char *)out + (size_t)c->rank * nbytes;
-    if (c->world == 1) {
-        if (own != x)
-            memmove(own, x, nbytes);
-        return SC_OK;
-    }
-    /* Bytes as uint8: equal blocks of nbytes, chunked by whole slots. */
-    ring_plan p = { c, x, out, NULL, nbytes * (size_t)c->world, chunk_elems(c, 1), 1, NULL, 0,
-                    use_stream(c, nbytes * (size_t)c->world) };
+    (void)k;
+    /* Bytes as uint8: equal blocks of count bytes, chunked by whole slots. */
+    size_t total = a->count * (size_t)c->world;
+    ring_plan p = { c, a->x, a->out, NULL, total, chunk_elems(c, 1), 1, NULL, 0,
+                    sc_use_stream(c, total) };
     size_t n = rounds(&p);
     int st = SC_OK;
     for (size_t i = 0; i < n && st == SC_OK; i++)
         st = ag_round(&p, i, 0);
-    return finish(c, st);
+    return st;
 }

@@ -35,8 +35,22 @@ typedef enum sc_call_field {
 } sc_call_field;
 
 typedef enum sc_collective {
-    SC_COLL_BARRIER = 1, SC_COLL_ALLREDUCE, SC_COLL_REDUCE_SCATTER, SC_COLL_ALLGATHER
+    SC_COLL_BARRIER = 1, SC_COLL_ALLREDUCE, SC_COLL_REDUCE_SCATTER, SC_COLL_ALLGATHER,
+    SC_COLL_BROADCAST, SC_COLL_REDUCE, SC_COLL_GATHER, SC_COLL_SCATTER, SC_NCOLLECTIVES
 } sc_collective;
+
+/* Schedules.  The Python layer names them (ring, direct, tree, rhd, naive) and picks
+ * the variant; every rank must pass the same code. */
+typedef enum sc_algo {
+    SC_ALGO_RING = 0,          /* ring RS/AG/AllReduce; chain Broadcast/Reduce */
+    SC_ALGO_DIRECT = 1,        /* star rooted ops; one-shot AllReduce; direct RS/AG */
+    SC_ALGO_DIRECT_TWO_SHOT = 2, /* AllReduce = direct ReduceScatter + direct AllGather */
+    SC_ALGO_TREE = 3,          /* binomial trees; AllReduce = Reduce + Broadcast, pipelined */
+    SC_ALGO_RHD_DOUBLING = 4,  /* recursive-doubling AllReduce */
+    SC_ALGO_RHD_HALVING = 5,   /* Rabenseifner: recursive halving RS + doubling AG */
+    SC_ALGO_NAIVE = 6,         /* AllReduce = star Reduce to rank 0 + star Broadcast */
+    SC_NALGOS
+} sc_algo;
 
 typedef enum sc_op {
     SC_SUM, SC_PROD, SC_MIN, SC_MAX, SC_AVG, SC_BAND, SC_BOR, SC_BXOR, SC_NOPS
@@ -73,12 +87,25 @@ void sc_detach(sc_comm *c, int failed);   /* frees c; does not unmap */
 /* Makes every rank's waits fail fast; they name `failed_rank` (-1: unknown) as lost. */
 void sc_segment_abort(void *base, size_t size, int failed_rank);
 
-/* Collectives.  Sizes are element counts; pointers are C-contiguous buffers. */
+/* One collective call.  Buffers are C-contiguous; `count` is, per collective:
+ *   allreduce, reduce          elements of x (= of out)
+ *   reduce_scatter             elements of out (x holds world x count)
+ *   allgather, gather          bytes of x (out holds world x count bytes)
+ *   scatter                    bytes of out (x, on the root, holds world x count)
+ *   broadcast                  bytes of x (in place: out is unused)
+ * Copy-only collectives take dtype = -1.  x of a non-root scatter and out of a
+ * non-root reduce/gather are unused (may be NULL); root is -1 when not rooted. */
+typedef struct sc_args {
+    int collective, algo, dtype, op, root;
+    const void *x;
+    void *out;
+    size_t count;
+} sc_args;
+
 int sc_barrier(sc_comm *c);
-int sc_allreduce(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op);
-int sc_allreduce_direct(sc_comm *c, const void *x, void *out, size_t count, int dtype, int op);
-int sc_reduce_scatter(sc_comm *c, const void *x, void *out, size_t count_per_rank, int dtype, int op);
-int sc_allgather(sc_comm *c, const void *x, void *out, size_t nbytes);
+int sc_run(sc_comm *c, const sc_args *a);
+/* Whether sc_run implements (collective, algo). */
+int sc_implements(int collective, int algo);
 
 /* The first mismatch of the job: field, the two ranks and their values. */
 void sc_mismatch_info(const sc_comm *c, int64_t out[6]);

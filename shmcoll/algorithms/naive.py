@@ -1,0 +1,21 @@
+"""The seed's baseline AllReduce: Reduce everything to rank 0, then Broadcast it.
+
+Rank 0 receives and reduces P-1 vectors, then sends the result P-1 times (a star,
+overlapped chunk by chunk).  Kept as the reference the other schedules beat.
+C: csrc/sc_tree.c (star shape).
+
+    allreduce   2α + 2(P-1)·o + 2n(P-1)·β + n(P-1)·γ
+"""
+from shmcoll.algorithms.terms import Terms
+
+NAME = "naive"
+CODE = 6
+DESCRIPTION = "reduce to rank 0, then broadcast (the baseline)"
+COLLECTIVES = ("allreduce",)
+
+
+def variants(collective, world, nbytes):
+    if collective != "allreduce":
+        raise ValueError(f"naive does not implement {collective}")
+    p, n = world, float(nbytes)
+    return [(NAME, CODE, Terms(2, 2 * (p - 1), 2 * n * (p - 1), n * (p - 1)))]

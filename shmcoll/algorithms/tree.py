@@ -1,0 +1,34 @@
+"""Binomial trees (the seed's O(log P) latency algorithm), pipelined in chunks.
+
+Rank v (renumbered from the root) has parent v minus its lowest set bit, so the
+tree is L = ⌈log2 P⌉ deep and the root has L children.  Broadcast and Scatter flow
+down it, Reduce and Gather up it; AllReduce is a Reduce to rank 0 overlapped, chunk
+by chunk, with the Broadcast of the finished chunks.  C: csrc/sc_tree.c.
+With L = ⌈log2 P⌉ and n as in selector.nbytes:
+
+    broadcast          L·α +  L·o +     n·L·β
+    reduce             L·α +  L·o +     n·L·β + n·L·γ
+    gather, scatter    L·α +  L·o + n(P-1)/P·β
+    allreduce         2L·α + 2L·o +    2n·L·β + n·L·γ
+(β per byte copied by the busiest rank, the root: it sends or receives n per child.)
+"""
+from shmcoll.algorithms.terms import Terms, log2_ceil
+
+NAME = "tree"
+CODE = 3
+DESCRIPTION = "binomial trees: log2(P) steps; AllReduce = Reduce + Broadcast, pipelined"
+COLLECTIVES = ("allreduce", "broadcast", "reduce", "gather", "scatter")
+
+
+def variants(collective, world, nbytes):
+    p, n, depth = world, float(nbytes), log2_ceil(world)
+    terms = {
+        "broadcast": Terms(depth, depth, n * depth, 0),
+        "reduce": Terms(depth, depth, n * depth, n * depth),
+        "gather": Terms(depth, depth, n * (p - 1) / p, 0),
+        "scatter": Terms(depth, depth, n * (p - 1) / p, 0),
+        "allreduce": Terms(2 * depth, 2 * depth, 2 * n * depth, n * depth),
+    }
+    if collective not in terms:
+        raise ValueError(f"tree does not implement {collective}")
+    return [("binomial", CODE, terms[collective])]

@@ -1,0 +1,97 @@
+/* sc_run: the single entry of every collective.
+ *
+ * Resolves the kernels, refuses a broken communicator, publishes the call (so
+ * peers can check it), completes world == 1 locally, runs the schedule of
+ * (collective, algorithm), then checks the calls of the peers this rank only sent
+ * to.  A failure half-way marks the communicator broken: its channels are
+ * mid-stream and no later call could make sense of them. */
+#include <string.h>
+
+#include "sc_copy.h"
+#include "sc_internal.h"
+#include "sc_reduce.h"
+
+static const sc_schedule schedules[SC_NCOLLECTIVES][SC_NALGOS] = {
+    [SC_COLL_ALLREDUCE] = {
+        [SC_ALGO_RING] = sc_ring_allreduce,
+        [SC_ALGO_DIRECT] = sc_direct_allreduce,
+        [SC_ALGO_DIRECT_TWO_SHOT] = sc_direct_two_shot,
+        [SC_ALGO_TREE] = sc_tree_allreduce,
+        [SC_ALGO_RHD_DOUBLING] = sc_rhd_allreduce,
+        [SC_ALGO_RHD_HALVING] = sc_rhd_allreduce,
+        [SC_ALGO_NAIVE] = sc_tree_allreduce,
+    },
+    [SC_COLL_REDUCE_SCATTER] = {
+        [SC_ALGO_RING] = sc_ring_reduce_scatter,
+        [SC_ALGO_DIRECT] = sc_direct_reduce_scatter,
+    },
+    [SC_COLL_ALLGATHER] = {
+        [SC_ALGO_RING] = sc_ring_allgather,
+        [SC_ALGO_DIRECT] = sc_direct_allgather,
+    },
+    [SC_COLL_BROADCAST] = {
+        [SC_ALGO_RING] = sc_tree_broadcast,
+        [SC_ALGO_DIRECT] = sc_tree_broadcast,
+        [SC_ALGO_TREE] = sc_tree_broadcast,
+    },
+    [SC_COLL_REDUCE] = {
+        [SC_ALGO_RING] = sc_tree_reduce,
+        [SC_ALGO_DIRECT] = sc_tree_reduce,
+        [SC_ALGO_TREE] = sc_tree_reduce,
+    },
+    [SC_COLL_GATHER] = {
+        [SC_ALGO_DIRECT] = sc_tree_gather,
+        [SC_ALGO_TREE] = sc_tree_gather,
+    },
+    [SC_COLL_SCATTER] = {
+        [SC_ALGO_DIRECT] = sc_tree_scatter,
+        [SC_ALGO_TREE] = sc_tree_scatter,
+    },
+};
+
+static sc_schedule schedule_of(int collective, int algo)
+{
+    if (collective < 0 || collective >= SC_NCOLLECTIVES || algo < 0 || algo >= SC_NALGOS)
+        return NULL;
+    return schedules[collective][algo];
+}
+
+int sc_implements(int collective, int algo) { return schedule_of(collective, algo) != NULL; }
+
+static int reducing(int collective)
+{
+    return collective == SC_COLL_ALLREDUCE || collective == SC_COLL_REDUCE_SCATTER ||
+           collective == SC_COLL_REDUCE;
+}
+
+/* world == 1: the result is x itself. */
+static void run_alone(const sc_args *a, const sc_kernels *k)
+{
+    size_t bytes = k ? a->count * k->itemsize : a->count;
+    if (a->collective != SC_COLL_BROADCAST && a->out != a->x)
+        memmove(a->out, a->x, bytes);
+}
+
+int sc_run(sc_comm *c, const sc_args *a)
+{
+    sc_schedule run = schedule_of(a->collective, a->algo);
+    const sc_kernels *k = NULL;
+    if (!run || (a->root >= c->world) || (a->root < 0 && a->root != -1))
+        return SC_EINVAL;
+    if (reducing(a->collective) && !(k = sc_kernels_for(a->dtype, a->op)))
+        return SC_EINVAL;
+    if (c->broken)
+        return SC_EBROKEN;
+    sc_call_begin(c, a->collective, (int64_t)a->count, a->dtype, a->op, a->root, a->algo);
+    if (c->world == 1) {
+        run_alone(a, k);
+        return SC_OK;
+    }
+    int st = run(c, a, k);
+    sc_stream_fence();
+    if (st == SC_OK)
+        st = sc_check_receivers(c);
+    if (st != SC_OK)
+        c->broken = 1;
+    return st;
+}
