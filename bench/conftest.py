@@ -8,7 +8,6 @@ import sys
 import pytest
 
 import shmcoll
-from shmcoll import selector
 from shmcoll.perf import bus_factor, copy_reference_seconds
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -74,7 +73,7 @@ def run_collective(ranks, benchmark):
         benchmark.pedantic(call, rounds=rounds, iterations=1, warmup_rounds=warmup)
         benchmark.extra_info.update(
             bytes=case.nbytes, world=world, dtype=dtype, op=op, inplace=inplace,
-            algorithm=selector.choose(collective, world, case.nbytes, algo))
+            algorithm=ranks(world).comm.algorithm_for(collective, case.nbytes, algo))
         if benchmark.stats is not None:
             seconds = benchmark.stats.stats.median
             algbw = case.nbytes / seconds / 1e9 if seconds else 0.0

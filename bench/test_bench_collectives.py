@@ -9,7 +9,7 @@ median time divided by a memcpy of the same bytes measured in the same run
 """
 import pytest
 
-from shmcoll.algorithms import REGISTRY
+from shmcoll.selector import ALL_COLLECTIVES, algorithms_for
 
 SIZES = [8, 4 << 10, 256 << 10, 16 << 20]
 WORLDS = [2, 4]
@@ -17,10 +17,10 @@ WORLDS = [2, 4]
 
 def algorithms(collective):
     """Every algorithm implementing the collective, and "auto" (the selector's choice)."""
-    return [name for name, alg in REGISTRY.items() if collective in alg.COLLECTIVES] + ["auto"]
+    return algorithms_for(collective) + ["auto"]
 
 
-PARAMS = [(c, a) for c in ("allreduce", "reduce_scatter", "allgather") for a in algorithms(c)]
+PARAMS = [(c, a) for c in ALL_COLLECTIVES for a in algorithms(c)]
 
 
 @pytest.mark.parametrize("world", WORLDS)

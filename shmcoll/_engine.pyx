@@ -429,9 +429,13 @@ cdef class Engine:
         _check_op(dt, op, xa)
         cdef cnp.ndarray oa = None
         cdef void *op_ = NULL
-        if self.rank == root:
+        # out is checked on every rank that passes one (a wrong buffer is a bug even
+        # where it goes unused), and used on the root only
+        if self.rank == root or out is not None:
             oa = out_like(out, xa, True)
             op_ = cnp.PyArray_DATA(oa)
+        if self.rank != root:
+            oa, op_ = None, NULL
         self._run(SC_COLL_REDUCE, algo, dt, op, root, cnp.PyArray_DATA(xa), op_,
                   <size_t>cnp.PyArray_SIZE(xa), <size_t>cnp.PyArray_NBYTES(xa))
         return oa
@@ -479,9 +483,11 @@ cdef class Engine:
         check_copyable(xa)
         cdef cnp.ndarray oa = None
         cdef void *op_ = NULL
-        if self.rank == root:
+        if self.rank == root or out is not None:     # checked wherever passed, as in reduce
             oa = stacked_out(out, xa, self.world_size, self.rank)
             op_ = cnp.PyArray_DATA(oa)
+        if self.rank != root:
+            oa, op_ = None, NULL
         cdef size_t nb = <size_t>cnp.PyArray_NBYTES(xa)
         self._run(SC_COLL_GATHER, algo, -1, -1, root, cnp.PyArray_DATA(xa), op_, nb,
                   nb * self.world_size)
@@ -492,7 +498,7 @@ cdef class Engine:
         self._root(root)
         cdef cnp.ndarray xa = None, oa
         cdef const void *xp = NULL
-        if self.rank == root or out is None:
+        if self.rank == root or out is None or x is not None:
             if x is None:
                 raise ValueError("scatter: the root must pass x of shape (world_size, ...), and "
                                  "other ranks must pass out (their receive buffer) or x")

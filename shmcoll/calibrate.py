@@ -1,14 +1,15 @@
 """`shmcoll calibrate`: measure the cost model's α, o, β, γ on this machine.
 
 For one world size, every (collective, algorithm) pair runs at a few sizes from
-8 B to a few MiB between live ranks (the timing core of `shmcoll perf`).  Each
-measurement is a row of the schedule's cost terms (steps, messages, bytes moved,
-bytes reduced) and its time; the parameters are the non-negative least-squares fit
-of time against terms, weighted by 1/time so that an 8-byte call counts as much as
-a 4 MiB one.  The fit is stored per (machine, world size) in the calibration file
-(shmcoll.calibration) and used by every communicator of that size from then on.
+64 B to 8 MiB between live ranks (the timing core of `shmcoll perf`, median of
+three timings).  Each measurement is a row of the schedule's cost terms (steps,
+messages, bytes copied, bytes reduced, one setup column per algorithm) and its
+time.  Each collective gets its own fit — the non-negative least-squares fit of time
+against terms, weighted by 1/time so that a 64-byte call counts as much as an
+8 MiB one — because what decides between its algorithms is how they compare on its
+own traffic pattern.  The fits are stored per (machine, world size) in the
+calibration file (shmcoll.calibration) and used by every communicator of that size.
 """
-import itertools
 import time
 
 import numpy as np
@@ -17,8 +18,9 @@ from shmcoll.algorithms import REGISTRY
 from shmcoll.algorithms.terms import CostModel
 from shmcoll.calibration import PARAMETERS
 
-SIZES = (8, 1 << 10, 16 << 10, 256 << 10, 4 << 20)
-QUICK_SIZES = (8, 16 << 10, 1 << 20)
+SIZES = (64, 1 << 10, 16 << 10, 256 << 10, 2 << 20, 16 << 20)   # >= 64 B: no empty blocks
+QUICK_SIZES = (64, 16 << 10, 1 << 20)
+REPEATS = 3       # timings per point; the median is kept (a 2-core VM is bimodal)
 COLLECTIVES = ("allreduce", "broadcast", "allgather", "reduce_scatter", "reduce", "gather",
                "scatter")
 
@@ -37,8 +39,9 @@ def measure(comm, sizes, budget_s):
                 t0 = time.perf_counter()
                 call()
                 once = comm.allreduce(np.array([time.perf_counter() - t0]), op="max")[0]
-                iters = int(max(3, min(2000, budget_s / max(once, 1e-7))))
-                seconds = time_calls(comm, call, iters, max(1, iters // 10))
+                iters = int(max(3, min(2000, budget_s / REPEATS / max(once, 1e-7))))
+                seconds = float(np.median([time_calls(comm, call, iters, max(1, iters // 10))
+                                           for _ in range(REPEATS)]))
                 variant = comm._choose_variant(coll, case.nbytes, name)
                 rows.append((coll, name, variant, case.nbytes, seconds))
     return rows
@@ -52,39 +55,63 @@ def terms_of(coll, name, variant, world, nbytes):
 
 
 def fit(rows, world):
-    """Non-negative least squares of time against (steps, messages, moved, reduced,
-    one setup column per algorithm), relative error; returns (CostModel, rms error)."""
+    """Non-negative least squares of time against (steps, messages, reduced) shared by
+    all algorithms and (bytes moved, 1) per algorithm — its own β and setup — on
+    relative error; returns (CostModel, rms relative error)."""
+    rows = [r for r in rows if r[3] > 0 and r[4] > 0]
     names = sorted({r[1] for r in rows})
-    a = np.array([terms_of(c, n, v, world, b).as_row() + tuple(float(n == m) for m in names)
-                  for c, n, v, b, _ in rows], float)
+    a = []
+    for coll, name, variant, nbytes, _ in rows:
+        steps, messages, moved, reduced = terms_of(coll, name, variant, world, nbytes).as_row()
+        per_alg = []
+        for m in names:
+            per_alg += [moved if m == name else 0.0, 1.0 if m == name else 0.0]
+        a.append([steps, messages, reduced] + per_alg)
     t = np.array([r[4] for r in rows], float)
-    x, err = _nnls_relative(a, t)
-    model = CostModel(**dict(zip(PARAMETERS, (float(v) for v in x[:4]))),
-                      setup=tuple((m, float(v)) for m, v in zip(names, x[4:])))
+    x, err = _nnls_relative(np.array(a, float), t)
+    betas = {m: float(x[3 + 2 * i]) for i, m in enumerate(names)}
+    shared = float(np.median(list(betas.values())))
+    model = CostModel(alpha=float(x[0]), overhead=float(x[1]), beta=shared, gamma=float(x[2]),
+                      setup=tuple((m, float(x[4 + 2 * i])) for i, m in enumerate(names)),
+                      bandwidth=tuple(sorted(betas.items())))
     return model, err
 
 
 def _nnls_relative(a, t):
-    """argmin over x >= 0 of mean(((a·x - t)/t)^2), by exhaustive active sets (the
-    problem has at most a dozen columns)."""
+    """argmin over x >= 0 of mean(((a·x - t)/t)^2): Lawson-Hanson active sets."""
     w = a / t[:, None]
-    ones = np.ones(len(t))
     scale = np.abs(w).max(axis=0)
     scale[scale == 0] = 1.0
-    ncols = a.shape[1]
-    best, best_err = np.zeros(ncols), np.inf
-    for k in range(1, ncols + 1):
-        for subset in itertools.combinations(range(ncols), k):
-            cols = list(subset)
-            sol, *_ = np.linalg.lstsq(w[:, cols] / scale[cols], ones, rcond=None)
-            if np.any(sol < 0):
-                continue
-            x = np.zeros(ncols)
-            x[cols] = sol / scale[cols]
-            err = float(np.sqrt(np.mean((w @ x - 1) ** 2)))
-            if err < best_err:
-                best, best_err = x, err
-    return best, best_err
+    x = _nnls(w / scale, np.ones(len(t))) / scale
+    return x, float(np.sqrt(np.mean((w @ x - 1) ** 2)))
+
+
+def _nnls(a, b, tol=1e-12):
+    """min |a·x - b| over x >= 0 (Lawson & Hanson 1974)."""
+    n = a.shape[1]
+    x, passive = np.zeros(n), np.zeros(n, bool)
+    for _ in range(3 * n):
+        grad = a.T @ (b - a @ x)
+        if passive.all() or grad[~passive].max() <= tol:
+            break
+        passive[np.argmax(np.where(passive, -np.inf, grad))] = True
+        while True:
+            z = np.zeros(n)
+            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
+            if z[passive].min() > 0:
+                x = z
+                break
+            neg = passive & (z <= 0)
+            step = np.min(x[neg] / (x[neg] - z[neg]))
+            x = x + step * (z - x)
+            passive &= x > tol
+    return x
+
+
+def fit_all(rows, world):
+    """{collective: (CostModel, rms relative error)} from measure()'s rows."""
+    return {coll: fit([r for r in rows if r[0] == coll], world)
+            for coll in COLLECTIVES if any(r[0] == coll for r in rows)}
 
 
 def calibrate_worker(comm, sizes, budget_s):

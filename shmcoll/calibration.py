@@ -11,16 +11,23 @@ import platform
 import time
 from pathlib import Path
 
-from shmcoll.algorithms.terms import CostModel
+from shmcoll.algorithms.terms import CostModel, Models
 from shmcoll.config import get, usable_cpus
 
-VERSION = 1
+VERSION = 2
 PARAMETERS = ("alpha", "overhead", "beta", "gamma")
 
-# Measured with `shmcoll calibrate` on a 2-core x86-64 VM.  When ranks outnumber
-# cores a step may wait for a context switch, which dominates α.
-DEFAULT = CostModel(alpha=1e-6, overhead=0.2e-6, beta=1 / 2.5e9, gamma=1 / 5e9)
-DEFAULT_OVERSUBSCRIBED = CostModel(alpha=10e-6, overhead=1e-6, beta=1 / 2.5e9, gamma=1 / 5e9)
+
+def _model(alpha_us, overhead_us, beta_gbs, gamma_gbs, **setup_us):
+    return CostModel(alpha=alpha_us * 1e-6, overhead=overhead_us * 1e-6, beta=1 / (beta_gbs * 1e9),
+                     gamma=1 / (gamma_gbs * 1e9),
+                     setup=tuple(sorted((a, v * 1e-6) for a, v in setup_us.items())))
+
+
+# Defaults: `shmcoll calibrate` on a 2-core x86-64 VM (2 ranks; 4 ranks when ranks
+# outnumber cores, where a step may wait for a context switch).
+DEFAULT = Models(_model(0.3, 0.1, 15, 20))
+DEFAULT_OVERSUBSCRIBED = Models(_model(1.5, 1.0, 12, 20))
 
 
 def cache_path():
@@ -61,9 +68,18 @@ def load(world, path=None):
     if get("SHMCOLL_CALIBRATION") == "off":
         return None
     entry = _read(path or cache_path())["machines"].get(machine_key(), {}).get(str(world))
-    if not entry or not all(isinstance(entry.get(k), (int, float)) for k in PARAMETERS):
+    if not isinstance(entry, dict) or not isinstance(entry.get("collectives"), dict):
         return None
     return entry
+
+
+def model_from_dict(d):
+    """CostModel from {"alpha": s, "overhead": s, "beta": s/B, "gamma": s/B, "setup": {...}}."""
+    def pairs(key):
+        table = d.get(key) if isinstance(d.get(key), dict) else {}
+        return tuple(sorted((str(a), float(v)) for a, v in table.items()))
+    return CostModel(**{k: float(d[k]) for k in PARAMETERS}, setup=pairs("setup"),
+                     bandwidth=pairs("bandwidth"))
 
 
 def default_model(world):
@@ -71,21 +87,25 @@ def default_model(world):
 
 
 def model_for(world, path=None):
-    """(CostModel, source): the calibration for (machine, world), else the default."""
+    """(Models, source): the calibration for (machine, world), else the defaults."""
     entry = load(world, path)
     if entry is None:
         return default_model(world), "default"
-    setup = entry.get("setup") if isinstance(entry.get("setup"), dict) else {}
-    model = CostModel(**{k: float(entry[k]) for k in PARAMETERS},
-                      setup=tuple(sorted((str(a), float(v)) for a, v in setup.items())))
-    return model, f"calibrated {entry.get('when', '')}".strip()
+    try:
+        by = tuple(sorted((c, model_from_dict(d)) for c, d in entry["collectives"].items()))
+    except (KeyError, TypeError, ValueError):
+        return default_model(world), "default (calibration entry unreadable)"
+    base = default_model(world).default
+    return Models(base, by), f"calibrated {entry.get('when', '')}".strip()
 
 
-def save(world, model, extra=None, path=None):
-    """Stores `model` for (this machine, world) atomically; returns the path."""
+def save(world, models, extra=None, path=None):
+    """Stores {collective: (CostModel, fit error)} for (this machine, world)
+    atomically; returns the path."""
     path = Path(path or cache_path())
     data = _read(path)
-    entry = dict(model.as_dict(), when=time.strftime("%Y-%m-%d %H:%M:%S"), **(extra or {}))
+    collectives = {c: dict(m.as_dict(), rms_rel_error=round(err, 4)) for c, (m, err) in models.items()}
+    entry = dict(collectives=collectives, when=time.strftime("%Y-%m-%d %H:%M:%S"), **(extra or {}))
     data["machines"].setdefault(machine_key(), {})[str(world)] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")

@@ -106,6 +106,7 @@ def _cleanup(argv):
 @subcommand("calibrate", "measure the cost model's parameters on this machine")
 def _calibrate(argv):
     from shmcoll import calibrate, calibration, selector
+    from shmcoll.algorithms.terms import Models
     from shmcoll.launch import launch
     p = argparse.ArgumentParser(prog="shmcoll calibrate", description=calibrate.__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -121,17 +122,24 @@ def _calibrate(argv):
     for world in opts.worlds:
         print(f"# calibrating {world} ranks ({len(sizes)} sizes per algorithm)...", flush=True)
         rows = launch(calibrate.calibrate_worker, world, args=(sizes, budget))[0]
-        model, err = calibrate.fit(rows, world)
-        print(f"  alpha {model.alpha * 1e6:.3f} us/step   overhead {model.overhead * 1e6:.3f} "
-              f"us/message   beta {1 / model.beta / 1e9 if model.beta else float('inf'):.2f} GB/s"
-              f"   gamma {1 / model.gamma / 1e9 if model.gamma else float('inf'):.2f} GB/s")
-        print(f"  fit: rms relative error {err:.1%} over {len(rows)} measurements")
-        print(f"  decisions: {selector.describe(world, model)}")
+        fits = calibrate.fit_all(rows, world)
+        print(f"  {'collective':<15} {'alpha us':>8} {'o us':>6} {'beta GB/s':>9} "
+              f"{'gamma GB/s':>10} {'rms err':>7}  setup us")
+        for coll, (m, err) in fits.items():
+            setup = " ".join(f"{a}={v * 1e6:.2f}" for a, v in m.setup if v)
+            print(f"  {coll:<15} {m.alpha * 1e6:>8.3f} {m.overhead * 1e6:>6.3f} "
+                  f"{_gbs(m.beta):>9} {_gbs(m.gamma):>10} {err:>7.1%}  {setup}")
+        models = Models(calibration.default_model(world).default,
+                        tuple(sorted((c, m) for c, (m, _) in fits.items())))
+        print(f"  decisions: {selector.describe(world, models)}")
         if not opts.dry_run:
-            path = calibration.save(world, model, {"rms_rel_error": round(err, 4),
-                                                   "measurements": len(rows)})
+            path = calibration.save(world, fits, {"measurements": len(rows)})
             print(f"  saved to {path}")
     return 0
+
+
+def _gbs(seconds_per_byte):
+    return f"{1 / seconds_per_byte / 1e9:.2f}" if seconds_per_byte else "inf"
 
 
 @subcommand("info", "build, settings, calibration and algorithms in force")
@@ -150,11 +158,14 @@ def _info(argv):
         print(f"  {name:<8} {alg.DESCRIPTION}  [{', '.join(alg.COLLECTIVES)}]")
     print(f"calibration file: {calibration.cache_path()}")
     for world in opts.worlds:
-        model, source = calibration.model_for(world)
-        print(f"  P={world}: {source}: alpha {model.alpha * 1e6:.3g} us, overhead "
-              f"{model.overhead * 1e6:.3g} us, beta {model.beta * 1e9:.3g} ns/B, "
-              f"gamma {model.gamma * 1e9:.3g} ns/B")
-        print(f"    decisions: {selector.describe(world, model)}")
+        models, source = calibration.model_for(world)
+        print(f"  P={world}: {source}")
+        for coll in selector.ALL_COLLECTIVES:
+            m = models.for_collective(coll)
+            setup = " ".join(f"{a}={v * 1e6:.2f}us" for a, v in m.setup if v)
+            print(f"    {coll:<15} alpha {m.alpha * 1e6:.3g} us, o {m.overhead * 1e6:.3g} us, "
+                  f"beta {_gbs(m.beta)} GB/s, gamma {_gbs(m.gamma)} GB/s {setup}")
+        print(f"    decisions: {selector.describe(world, models)}")
     print("settings:")
     for s in config.SETTINGS.values():
         value = s.value()

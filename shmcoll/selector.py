@@ -22,7 +22,7 @@ import logging
 from dataclasses import dataclass
 
 from shmcoll.algorithms import REGISTRY
-from shmcoll.algorithms.terms import CostModel
+from shmcoll.algorithms.terms import CostModel, model_for_collective
 from shmcoll.sizes import format_size, parse_size
 
 COLLECTIVES = tuple(sorted({c for alg in REGISTRY.values() for c in alg.COLLECTIVES}))
@@ -50,7 +50,8 @@ def algorithms_for(collective):
 
 def cost_table(collective, world, nbytes, model=DEFAULT_MODEL):
     """{algorithm: its cheapest variant as a Candidate} for every algorithm implementing
-    `collective`, priced by `model`."""
+    `collective`, priced by `model` (a CostModel, or a Models with one per collective)."""
+    model = model_for_collective(model, collective)
     table = {}
     for name in algorithms_for(collective):
         best = None

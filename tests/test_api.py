@@ -27,6 +27,22 @@ BAD_CALLS = [
      "ValueError", "shape"),
     ("allgather", (F32,), {"out": np.zeros((2, 8), np.int32)}, "TypeError", "dtype"),
     ("allgather", (F32,), {"out": np.zeros((3, 8), np.float32)}, "ValueError", "shape"),
+    ("allgather", (np.zeros(3, object),), {}, "TypeError", "Python objects"),
+    ("broadcast", (F32,), {"root": 2}, "ValueError", "root 2 is out of range"),
+    ("broadcast", (F32,), {"root": -1}, "ValueError", "out of range"),
+    ("broadcast", (F32,), {"root": "0"}, "TypeError", "root must be an integer"),
+    ("broadcast", ([1.0, 2.0],), {}, "TypeError", "numpy.ndarray"),
+    ("broadcast", (F32,), {"algo": "rhd"}, "ValueError", "unknown algorithm 'rhd' for broadcast"),
+    ("reduce", (F32,), {"root": 5}, "ValueError", "out of range"),
+    ("reduce", (F32,), {"op": "bxor"}, "ValueError", "not defined"),
+    ("reduce", (np.zeros(2, np.complex128),), {}, "TypeError", "unsupported dtype"),
+    ("gather", (F32,), {"out": np.zeros((2, 9), np.float32)}, "ValueError", "shape"),
+    ("gather", (F32,), {"root": 3}, "ValueError", "out of range"),
+    ("scatter", (None,), {}, "ValueError", "must pass out"),
+    ("scatter", (np.zeros((3, 2)),), {}, "ValueError", "x.shape[0] == world_size"),
+    ("scatter", (np.zeros((2, 2)),), {"out": np.zeros(3)}, "ValueError", "shape"),
+    ("scatter", (np.zeros((2, 2)),), {"algo": "ring"}, "ValueError", "unknown algorithm 'ring'"),
+    ("allreduce", (F32,), {"algo": 3}, "ValueError", "algo must be an algorithm name"),
 ]
 
 
@@ -43,6 +59,8 @@ def test_bad_input_is_refused_clearly(pools, method, args, kwargs, exc, words):
 
 
 LOCAL_BAD_CALLS = [
+    ("strided_broadcast", "ValueError", "C-contiguous"),
+    ("read_only_broadcast", "ValueError", "read-only"),
     ("read_only_out", "ValueError", "read-only"),
     ("partial_overlap", "ValueError", "overlaps"),
     ("strided_out", "ValueError", "contiguous"),

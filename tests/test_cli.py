@@ -47,3 +47,77 @@ def test_info_lists_every_setting():
     for name in SETTINGS:
         assert name in res.stdout
     assert "ring" in res.stdout
+
+
+def test_perf_every_collective_with_a_root_checks_out():
+    for coll in ("broadcast", "reduce", "gather", "scatter"):
+        res = run_cli("perf", coll, "-np", "3", "-r", "2", "-b", "64", "-e", "64K", "-f", "32",
+                      "-n", "3", "-w", "1")
+        assert res.returncode == 0, (coll, res.stderr)
+        assert "root 2" in res.stdout and "0 OK" in res.stdout
+
+
+def test_perf_algo_all_marks_the_fastest_and_what_auto_picks(tmp_path):
+    out = tmp_path / "rows.json"
+    res = run_cli("perf", "allreduce", "-np", "2", "-b", "8", "-e", "4K", "-f", "8", "-n", "3",
+                  "-w", "1", "--algo", "all", "--json", str(out))
+    assert res.returncode == 0, res.stderr
+    for name in ("ring", "direct", "tree", "rhd", "naive"):
+        assert f"algo {name}" in res.stdout
+    table = res.stdout.split("* = fastest")[1].splitlines()
+    assert "auto picks" in table[1]
+    assert sum("*" in line for line in table[2:]) == 4            # sizes 8, 64, 512, 4096
+    assert {r["algo"].split(" ")[0] for r in json.loads(out.read_text())} == {
+        "ring", "direct", "tree", "rhd", "naive"}
+
+
+def test_perf_refuses_bad_roots_and_algorithms():
+    assert run_cli("perf", "broadcast", "-np", "2", "-r", "2").returncode == 2
+    res = run_cli("perf", "broadcast", "--algo", "rhd")
+    assert res.returncode == 2 and "not an algorithm of broadcast" in res.stderr
+
+
+def test_perf_plot_needs_matplotlib_or_says_so(tmp_path):
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        res = run_cli("perf", "allreduce", "-np", "2", "-e", "64", "--plot", str(tmp_path / "p.png"))
+        assert res.returncode == 2 and "matplotlib" in res.stderr
+        return
+    png = tmp_path / "p.png"
+    res = run_cli("perf", "allreduce", "-np", "2", "-b", "8", "-e", "64K", "-f", "64", "-n", "2",
+                  "-w", "0", "--algo", "all", "--plot", str(png))
+    assert res.returncode == 0, res.stderr
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_calibrate_dry_run_fits_and_prints_decisions(tmp_path):
+    res = run("-m", "shmcoll", "calibrate", "-np", "2", "--quick", "--dry-run", timeout=600,
+              SHMCOLL_CALIBRATION=str(tmp_path / "cal.json"))
+    assert res.returncode == 0, res.stderr
+    assert "alpha us" in res.stdout and "rms err" in res.stdout
+    assert all(c in res.stdout for c in ("allreduce ", "broadcast ", "scatter "))
+    assert "decisions: allreduce:" in res.stdout
+    assert not (tmp_path / "cal.json").exists()
+
+
+def test_info_prints_calibration_and_decisions_in_the_override_grammar(tmp_path):
+    from shmcoll import selector
+    res = run_cli("info", "-np", "3")
+    assert res.returncode == 0, res.stderr
+    line = next(l for l in res.stdout.splitlines() if "decisions:" in l)
+    rules = selector.parse_overrides(line.split("decisions:")[1].strip())
+    assert rules.lookup("allreduce", 8) is not None
+    assert "P=3: default" in res.stdout and "calibration file" in res.stdout
+
+
+def test_debug_log_names_every_candidate():
+    code = ("import shmcoll, workers\n"
+            "if __name__ == '__main__':\n    shmcoll.launch(workers.two_decisions, 2)\n")
+    res = run("-c", code, SHMCOLL_DEBUG="INFO")
+    assert res.returncode == 0, res.stderr
+    lines = [l for l in res.stderr.splitlines() if "allreduce 4096 B P=2" in l]
+    assert len(lines) == 2                                  # once per rank
+    for name in ("ring", "direct", "tree", "rhd", "naive"):
+        assert name in lines[0]
+    assert any("broadcast 24 B P=2" in l for l in res.stderr.splitlines())

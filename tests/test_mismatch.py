@@ -8,8 +8,8 @@ from workers import mismatched_calls
 F32 = "float32"
 
 
-def spec(kind="allreduce", count=1000, dtype=F32, op="sum", algo=None):
-    return (kind, count, dtype, op, algo)
+def spec(kind="allreduce", count=1000, dtype=F32, op="sum", algo=None, root=0):
+    return (kind, count, dtype, op, algo, root)
 
 
 CASES = [
@@ -23,6 +23,16 @@ CASES = [
     ("count", [spec(kind="reduce_scatter", count=6), spec(kind="reduce_scatter", count=8)]),
     ("collective", [spec(), spec(), spec(kind="reduce_scatter", count=999)]),
     ("count", [spec(count=10), spec(count=10), spec(count=11)]),
+    # rooted calls: a rank that only sends still checks whom it sent to
+    ("root", [spec(kind="broadcast", root=0), spec(kind="broadcast", root=1)]),
+    ("root", [spec(kind="broadcast", root=0, algo="tree")] * 2 +
+     [spec(kind="broadcast", root=2, algo="tree")]),
+    ("root", [spec(kind="reduce", root=1), spec(kind="reduce", root=0)]),
+    ("collective", [spec(kind="gather"), spec(kind="scatter")]),
+    ("collective", [spec(kind="broadcast"), spec(kind="reduce")]),
+    ("algorithm", [spec(kind="broadcast", algo="tree"), spec(kind="broadcast", algo="ring"),
+                   spec(kind="broadcast", algo="tree")]),
+    ("count", [spec(kind="scatter", count=4, root=1), spec(kind="scatter", count=5, root=1)]),
 ]
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from shmcoll import calibration, selector
 from shmcoll.algorithms import REGISTRY, direct, naive, rhd, ring, tree
-from shmcoll.algorithms.terms import CostModel, Terms
+from shmcoll.algorithms.terms import CostModel, Models, Terms
 
 # α = 1 µs per step, o = 0, β = 1 ns/B, γ = 0.5 ns/B: the textbook formulas.
 M = CostModel(alpha=1e-6, overhead=0.0, beta=1e-9, gamma=0.5e-9)
@@ -203,10 +203,11 @@ def test_debug_log_lists_every_candidate(caplog):
 def test_calibration_round_trip_is_keyed_by_world(tmp_path, monkeypatch):
     path = tmp_path / "cal.json"
     monkeypatch.setenv("SHMCOLL_CALIBRATION", str(path))
-    model = CostModel(alpha=3e-6, overhead=1e-7, beta=2e-10, gamma=1e-10)
-    calibration.save(3, model, {"rms_rel_error": 0.1})
+    model = CostModel(alpha=3e-6, overhead=1e-7, beta=2e-10, gamma=1e-10, setup=(("tree", 1e-6),))
+    calibration.save(3, {"broadcast": (model, 0.1)}, {"measurements": 10})
     got, source = calibration.model_for(3)
-    assert got == model and source.startswith("calibrated")
+    assert got.for_collective("broadcast") == model and source.startswith("calibrated")
+    assert got.for_collective("gather") == calibration.default_model(3).default
     other, source = calibration.model_for(4)
     assert source == "default" and other == calibration.default_model(4)
     monkeypatch.setenv("SHMCOLL_CALIBRATION", "off")
@@ -218,4 +219,12 @@ def test_corrupt_calibration_file_falls_back_to_defaults(tmp_path, monkeypatch):
     path.write_text("{not json")
     monkeypatch.setenv("SHMCOLL_CALIBRATION", str(path))
     assert calibration.model_for(2)[1] == "default"
-    assert not math.isnan(calibration.model_for(2)[0].alpha)
+    assert not math.isnan(calibration.model_for(2)[0].for_collective("allreduce").alpha)
+
+
+def test_models_price_each_collective_with_its_own_parameters():
+    cheap_steps = CostModel(alpha=0, overhead=0, beta=1e-9, gamma=0)
+    dear_steps = CostModel(alpha=1e-3, overhead=0, beta=1e-9, gamma=0)
+    models = Models(dear_steps, (("broadcast", cheap_steps),))
+    assert selector.cost_table("broadcast", 4, 8, models)["ring"].seconds < 1e-6
+    assert selector.cost_table("allreduce", 4, 8, models)["ring"].seconds > 1e-3

@@ -130,7 +130,19 @@ def _big_endian_input():
 
 # Calls whose arguments must be built on the rank: pickling would make them
 # contiguous, writeable and native-endian copies on the way.
+def _strided_broadcast():
+    return "broadcast", (np.zeros(8, np.float32)[::2],), {}
+
+
+def _read_only_broadcast():
+    x = np.zeros(4)
+    x.flags.writeable = False
+    return "broadcast", (x,), {}
+
+
 LOCAL_BAD_CALLS = {
+    "strided_broadcast": _strided_broadcast,
+    "read_only_broadcast": _read_only_broadcast,
     "read_only_out": _read_only_out,
     "partial_overlap": _partial_overlap,
     "strided_out": _strided_out,
@@ -170,7 +182,8 @@ def chosen_algorithms(comm):
 
 
 def _call(comm, spec):
-    kind, count, dtype, op, algo = spec
+    kind, count, dtype, op, algo = spec[:5]
+    root = spec[5] if len(spec) > 5 else 0
     x = np.ones(count, dtype)
     if kind == "barrier":
         return comm.barrier()
@@ -178,6 +191,15 @@ def _call(comm, spec):
         return comm.allgather(x)
     if kind == "reduce_scatter":
         return comm.reduce_scatter(x, op=op)
+    if kind == "broadcast":
+        return comm.broadcast(x, root=root, algo=algo)
+    if kind == "reduce":
+        return comm.reduce(x, op=op, root=root, algo=algo)
+    if kind == "gather":
+        return comm.gather(x, root=root, algo=algo)
+    if kind == "scatter":
+        rows = np.ones((comm.world_size, count), dtype) if comm.rank == root else None
+        return comm.scatter(rows, out=np.empty(count, dtype), root=root, algo=algo)
     return comm.allreduce(x, op=op, algo=algo)
 
 
@@ -308,3 +330,9 @@ def theorem1(comm, cases, m):
                  for a in ("ring", "direct")}
         out.append((full, split))
     return out
+
+
+def two_decisions(comm):
+    """An automatic allreduce and broadcast (what SHMCOLL_DEBUG=INFO logs)."""
+    comm.allreduce(np.ones(1024, np.float32))
+    comm.broadcast(np.ones(3))
