@@ -21,6 +21,7 @@ import numpy as np
 import shmcoll
 from shmcoll import selector
 from shmcoll.perf import Case, size_sweep, time_calls
+from shmcoll.sizes import parse_size
 
 COLLECTIVES = ("allreduce", "broadcast", "allgather")
 
@@ -116,8 +117,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-np", dest="worlds", type=int, nargs="+", default=[2, 3, 4])
-    p.add_argument("-b", "--minbytes", type=int, default=8)
-    p.add_argument("-e", "--maxbytes", type=int, default=64 << 20)
+    p.add_argument("-b", "--minbytes", type=parse_size, default=16)
+    p.add_argument("-e", "--maxbytes", type=parse_size, default=64 << 20)
     p.add_argument("-f", "--factor", type=float, default=4)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--budget", type=float, default=0.02, help="seconds per timing")

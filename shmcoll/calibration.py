@@ -24,10 +24,23 @@ def _model(alpha_us, overhead_us, beta_gbs, gamma_gbs, **setup_us):
                      setup=tuple(sorted((a, v * 1e-6) for a, v in setup_us.items())))
 
 
-# Defaults: `shmcoll calibrate` on a 2-core x86-64 VM (2 ranks; 4 ranks when ranks
-# outnumber cores, where a step may wait for a context switch).
-DEFAULT = Models(_model(0.3, 0.1, 15, 20))
-DEFAULT_OVERSUBSCRIBED = Models(_model(1.5, 1.0, 12, 20))
+# Without a calibration of its own, a machine uses REFERENCE_FILE: the output of
+# `shmcoll calibrate -np 2 4` on the 2-core x86-64 VM the project is developed on —
+# 2 ranks for worlds that fit the usable CPUs, 4 ranks (twice the cores, where a step
+# may wait for a context switch) for worlds that do not.  FALLBACK is used if that
+# file is missing or unreadable.
+REFERENCE_FILE = Path(__file__).with_name("reference_calibration.json")
+FALLBACK = Models(_model(0.5, 0.1, 15, 20))
+FALLBACK_OVERSUBSCRIBED = Models(_model(2.0, 1.0, 8, 20))
+
+
+def _reference():
+    try:
+        data = json.loads(REFERENCE_FILE.read_text())
+        return {key: _models_from_entry(data[key], FALLBACK.default)
+                for key in ("fits", "oversubscribed")}
+    except (OSError, ValueError, KeyError, TypeError):
+        return {"fits": FALLBACK, "oversubscribed": FALLBACK_OVERSUBSCRIBED}
 
 
 def cache_path():
@@ -82,8 +95,20 @@ def model_from_dict(d):
                      bandwidth=pairs("bandwidth"))
 
 
+_REFERENCE = None
+
+
 def default_model(world):
-    return DEFAULT if world <= usable_cpus() else DEFAULT_OVERSUBSCRIBED
+    """The reference calibration for a world that fits the usable CPUs, or not."""
+    global _REFERENCE
+    if _REFERENCE is None:
+        _REFERENCE = _reference()
+    return _REFERENCE["fits" if world <= usable_cpus() else "oversubscribed"]
+
+
+def _models_from_entry(entry, base):
+    by = tuple(sorted((c, model_from_dict(d)) for c, d in entry["collectives"].items()))
+    return Models(base, by)
 
 
 def model_for(world, path=None):
@@ -92,11 +117,10 @@ def model_for(world, path=None):
     if entry is None:
         return default_model(world), "default"
     try:
-        by = tuple(sorted((c, model_from_dict(d)) for c, d in entry["collectives"].items()))
+        models = _models_from_entry(entry, default_model(world).default)
     except (KeyError, TypeError, ValueError):
         return default_model(world), "default (calibration entry unreadable)"
-    base = default_model(world).default
-    return Models(base, by), f"calibrated {entry.get('when', '')}".strip()
+    return models, f"calibrated {entry.get('when', '')}".strip()
 
 
 def save(world, models, extra=None, path=None):
