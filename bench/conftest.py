@@ -4,6 +4,9 @@ import os
 import secrets
 import subprocess
 import sys
+import time
+
+import numpy as np
 
 import pytest
 
@@ -31,6 +34,20 @@ class Ranks:
         """Tell the mirrors what to repeat `calls` times; return rank 0's case and call."""
         exchange_command(self.comm, dict(command, calls=calls))
         return build(self.comm, command)
+
+    def yardstick(self, nbytes, calls):
+        """Median seconds of a direct broadcast of nbytes from rank 0, timed call by call
+        right now: the same cross-core wake-ups and transfers a collective pays, on a
+        schedule no setting changes, so a slow stretch of the machine slows it too."""
+        _, call = self.prepare(calls + 1, collective="broadcast", nbytes=nbytes,
+                               dtype="uint8", op="sum", algo="direct", inplace=False)
+        call()
+        samples = []
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            call()
+            samples.append(time.perf_counter() - t0)
+        return float(np.median(samples))
 
     def close(self):
         exchange_command(self.comm, {"collective": "stop"})
@@ -76,8 +93,10 @@ def run_collective(ranks, benchmark):
             algorithm=ranks(world).comm.algorithm_for(collective, case.nbytes, algo))
         if benchmark.stats is not None:
             seconds = benchmark.stats.stats.median
+            yard = ranks(world).yardstick(case.nbytes, max(5, rounds // 2))
             algbw = case.nbytes / seconds / 1e9 if seconds else 0.0
             benchmark.extra_info.update(algbw_GBs=algbw,
                                         busbw_GBs=algbw * bus_factor(collective, world),
-                                        reference_s=reference, ratio=seconds / reference)
+                                        reference_s=reference, ratio=seconds / reference,
+                                        yardstick_s=yard, yardstick_ratio=seconds / yard)
     return run
