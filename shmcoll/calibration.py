@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from shmcoll.algorithms.terms import CostModel, Models
-from shmcoll.config import get, usable_cpus
+from shmcoll.config import get, job_cpus
 
 VERSION = 2
 PARAMETERS = ("alpha", "overhead", "beta", "gamma")
@@ -63,7 +63,7 @@ def _cpu_model():
 
 
 def machine_key():
-    return f"{_cpu_model()} | {os.cpu_count()} cpus | {usable_cpus()} usable"
+    return f"{_cpu_model()} | {os.cpu_count()} cpus | {job_cpus()} usable"
 
 
 def _read(path):
@@ -99,11 +99,12 @@ _REFERENCE = None
 
 
 def default_model(world):
-    """The reference calibration for a world that fits the usable CPUs, or not."""
+    """The reference calibration for a world that fits the job's CPUs, or not (the
+    same answer on every rank, however each is bound)."""
     global _REFERENCE
     if _REFERENCE is None:
         _REFERENCE = _reference()
-    return _REFERENCE["fits" if world <= usable_cpus() else "oversubscribed"]
+    return _REFERENCE["fits" if world <= job_cpus() else "oversubscribed"]
 
 
 def _models_from_entry(entry, base):

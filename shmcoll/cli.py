@@ -85,6 +85,12 @@ def _bench_compare(argv):
     return benchcmp.main(argv)
 
 
+@subcommand("bench-ab", "compare two builds or settings, interleaved in one session")
+def _bench_ab(argv):
+    from shmcoll import abtest
+    return abtest.main(argv)
+
+
 @subcommand("cleanup", "remove shared-memory entries left by dead jobs of this user")
 def _cleanup(argv):
     """Remove this user's /dev/shm entries of jobs with no live process (a job unlinks

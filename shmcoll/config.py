@@ -77,6 +77,38 @@ def usable_cpus():
         return os.cpu_count() or 1
 
 
+def _cgroup_cpus(root="/sys/fs/cgroup"):
+    """CPUs the container may use (cgroup v2 cpuset and quota), or None if unlimited."""
+    limits = []
+    try:
+        with open(os.path.join(root, "cpuset.cpus.effective")) as f:
+            limits.append(sum(_range_len(part) for part in f.read().strip().split(",") if part))
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(os.path.join(root, "cpu.max")) as f:
+            quota, period = f.read().split()[:2]
+        if quota != "max":
+            limits.append(max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    return min(limits) if limits else None
+
+
+def _range_len(part):
+    lo, _, hi = part.partition("-")
+    return int(hi or lo) - int(lo) + 1
+
+
+def job_cpus():
+    """CPUs the ranks of a job share, the same number in every rank of the machine or
+    container: what decisions that every rank must agree on are based on.  A rank's
+    own affinity mask (which binding narrows to one CPU) does not enter."""
+    cpus = os.cpu_count() or 1
+    limit = _cgroup_cpus()
+    return min(cpus, limit) if limit else cpus
+
+
 @dataclass(frozen=True)
 class EngineParams:
     """The engine parameters a communicator is created with."""

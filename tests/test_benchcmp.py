@@ -47,3 +47,27 @@ def test_cli_reads_the_last_runs_and_exits_1_on_a_regression(tmp_path):
                           "--repeats", "2"]) == 0
     first_two = [str(store / "0000_run.json"), str(store / "0001_run.json")]
     assert benchcmp.main(first_two + ["--by", "raw"]) == 0
+
+
+def test_bench_ab_flags_only_what_a_setting_slowed(tmp_path):
+    """Two live sides interleaved: forcing allreduce onto the naive schedule is seen on
+    the automatic allreduce, and the same fixed algorithm on both sides is not flagged
+    as slower by a setting that does not touch it."""
+    from procs import run
+    out = tmp_path / "ab.json"
+    res = run("-m", "shmcoll", "bench-ab", "-np", "3", "--collectives", "allreduce",
+              "--sizes", "4K", "--pairs", "3", "--threshold", "1000",
+              "--b-env", "SHMCOLL_ALGO=allreduce:naive", "--json", str(out), timeout=300)
+    assert res.returncode == 0, res.stderr
+    results = json.loads(out.read_text())
+    assert set(results) == {f"allreduce-{a}-4096B-3" for a in
+                            ("ring", "direct", "tree", "rhd", "naive", "auto")}
+    assert results["allreduce-auto-4096B-3"]["b"] == "naive"
+    assert results["allreduce-ring-4096B-3"]["a"] == results["allreduce-ring-4096B-3"]["b"] == "ring"
+    assert all(len(r["pairs"]) == 3 and r["ratio"] > 0 for r in results.values())
+
+
+def test_bench_ab_refuses_bad_settings():
+    from procs import run
+    res = run("-m", "shmcoll", "bench-ab", "--b-env", "SHMCOLL_ALGO")
+    assert res.returncode == 2 and "NAME=VALUE" in res.stderr

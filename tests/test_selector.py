@@ -228,3 +228,28 @@ def test_models_price_each_collective_with_its_own_parameters():
     models = Models(dear_steps, (("broadcast", cheap_steps),))
     assert selector.cost_table("broadcast", 4, 8, models)["ring"].seconds < 1e-6
     assert selector.cost_table("allreduce", 4, 8, models)["ring"].seconds > 1e-3
+
+
+def test_a_bound_rank_decides_like_its_unbound_peers():
+    """Binding narrows a rank's affinity mask; the model it picks must not change,
+    or ranks would choose different algorithms."""
+    import os
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("no affinity control here")
+    before = os.sched_getaffinity(0)
+    unbound = (calibration.model_for(2), calibration.machine_key())
+    try:
+        os.sched_setaffinity(0, {min(before)})
+        assert (calibration.model_for(2), calibration.machine_key()) == unbound
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def test_cgroup_limits_are_read_from_cpuset_and_quota(tmp_path):
+    from shmcoll.config import _cgroup_cpus
+    (tmp_path / "cpuset.cpus.effective").write_text("0-3,8,10-11\n")
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert _cgroup_cpus(str(tmp_path)) == 7
+    (tmp_path / "cpu.max").write_text("250000 100000\n")
+    assert _cgroup_cpus(str(tmp_path)) == 3
+    assert _cgroup_cpus(str(tmp_path / "missing")) is None
