@@ -53,7 +53,10 @@ def measure(comm, collectives, sizes, rounds, budget):
     return results, chosen
 
 
-def worker(comm, collectives, sizes, rounds, budget):
+def worker(comm, collectives, sizes, rounds, budget, bind=False):
+    if bind:
+        from shmcoll.abtest import pin
+        pin(comm.rank)
     results, chosen = measure(comm, collectives, sizes, rounds, budget)
     return (results, chosen) if comm.rank == 0 else None
 
@@ -124,6 +127,7 @@ def main(argv=None):
     p.add_argument("--budget", type=float, default=0.02, help="seconds per timing")
     p.add_argument("--collectives", nargs="+", default=list(COLLECTIVES))
     p.add_argument("--json", default=None)
+    p.add_argument("--bind", action="store_true", help="pin rank r to the r-th usable CPU")
     opts = p.parse_args(argv)
     sizes = size_sweep(opts.minbytes, opts.maxbytes, opts.factor)
     out = {}
@@ -131,7 +135,7 @@ def main(argv=None):
         from shmcoll.calibration import model_for
         model, source = model_for(world)
         results, chosen = shmcoll.launch(worker, world, args=(opts.collectives, sizes, opts.rounds,
-                                                              opts.budget))[0]
+                                                              opts.budget, opts.bind))[0]
         text, summary = report(world, results, chosen, model)
         print(f"# P={world}, cost model: {source}{text}", flush=True)
         out[world] = {"summary": summary, "model_source": source,
