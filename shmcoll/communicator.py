@@ -77,7 +77,11 @@ class Communicator:
     def allreduce(self, x, out=None, op="sum", algo=None):
         """Reduce x over all ranks; every rank gets the result (same shape and dtype).
         out=x works in place."""
-        return self._engine.allreduce(x, out, _op(op), algo)
+        try:    # the hot path: one dict lookup for the common op names
+            code = OP_CODES[op]
+        except (KeyError, TypeError):
+            code = op_code(op)
+        return self._engine.allreduce(x, out, code, algo)
 
     def reduce(self, x, out=None, op="sum", root=0, algo=None):
         """Reduce x over all ranks into `root`: returns the result there, None elsewhere."""

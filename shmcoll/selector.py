@@ -22,13 +22,12 @@ import logging
 from dataclasses import dataclass
 
 from shmcoll.algorithms import REGISTRY
-from shmcoll.algorithms.terms import CostModel, model_for_collective
+from shmcoll.algorithms.terms import model_for_collective
 from shmcoll.sizes import format_size, parse_size
 
 COLLECTIVES = tuple(sorted({c for alg in REGISTRY.values() for c in alg.COLLECTIVES}))
 ALL_COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "gather",
                    "scatter")
-DEFAULT_MODEL = CostModel()
 log = logging.getLogger("shmcoll")
 
 
@@ -48,9 +47,13 @@ def algorithms_for(collective):
     return [name for name, alg in REGISTRY.items() if collective in alg.COLLECTIVES]
 
 
-def cost_table(collective, world, nbytes, model=DEFAULT_MODEL):
+def cost_table(collective, world, nbytes, model=None):
     """{algorithm: its cheapest variant as a Candidate} for every algorithm implementing
-    `collective`, priced by `model` (a CostModel, or a Models with one per collective)."""
+    `collective`, priced by `model` (a CostModel, or a Models with one per collective;
+    None: this machine's, as a communicator of `world` ranks would use)."""
+    if model is None:
+        from shmcoll.calibration import model_for
+        model = model_for(world)[0]
     model = model_for_collective(model, collective)
     table = {}
     for name in algorithms_for(collective):
@@ -79,7 +82,7 @@ class Decision:
     table: dict
 
 
-def decide(collective, world, nbytes, algo=None, model=DEFAULT_MODEL, rules=None):
+def decide(collective, world, nbytes, algo=None, model=None, rules=None):
     """What runs: `algo` if given, else the first override rule covering nbytes, else
     the cheapest modelled candidate.  The table is kept for the debug log."""
     table = cost_table(collective, world, nbytes, model)
@@ -93,12 +96,12 @@ def decide(collective, world, nbytes, algo=None, model=DEFAULT_MODEL, rules=None
     return Decision(table[algo], reason, table)
 
 
-def choose(collective, world, nbytes, algo=None, model=DEFAULT_MODEL, rules=None):
+def choose(collective, world, nbytes, algo=None, model=None, rules=None):
     """The name of the algorithm that runs (see decide)."""
     return decide(collective, world, nbytes, algo, model, rules).candidate.algorithm
 
 
-def code(collective, world, nbytes, algo=None, model=DEFAULT_MODEL, rules=None):
+def code(collective, world, nbytes, algo=None, model=None, rules=None):
     """The engine code of the schedule that runs (see decide)."""
     return decide(collective, world, nbytes, algo, model, rules).candidate.code
 
@@ -193,9 +196,12 @@ def format_rules(rules):
     return ";".join((f"{c}:" if c else "") + ",".join(entries[c]) for c in order)
 
 
-def describe(world, model=DEFAULT_MODEL, collectives=ALL_COLLECTIVES, max_bytes=1 << 40):
+def describe(world, model=None, collectives=ALL_COLLECTIVES, max_bytes=1 << 40):
     """The cost model's decisions for `world` ranks as override rules: one entry per
     collective, each size range with its algorithm (crossovers found exactly)."""
+    if model is None:
+        from shmcoll.calibration import model_for
+        model = model_for(world)[0]
     rules = []
     for coll in collectives:
         lo = 0
