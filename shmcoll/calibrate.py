@@ -17,12 +17,11 @@ import numpy as np
 from shmcoll.algorithms import REGISTRY
 from shmcoll.algorithms.terms import CostModel
 from shmcoll.calibration import PARAMETERS
+from shmcoll.selector import ALL_COLLECTIVES as COLLECTIVES
 
 SIZES = (64, 1 << 10, 16 << 10, 256 << 10, 2 << 20, 16 << 20)   # >= 64 B: no empty blocks
 QUICK_SIZES = (64, 16 << 10, 1 << 20)
 REPEATS = 3       # timings per point; the median is kept (a 2-core VM is bimodal)
-COLLECTIVES = ("allreduce", "broadcast", "allgather", "reduce_scatter", "reduce", "gather",
-               "scatter")
 
 
 def measure(comm, sizes, budget_s):

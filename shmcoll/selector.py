@@ -25,7 +25,6 @@ from shmcoll.algorithms import REGISTRY
 from shmcoll.algorithms.terms import model_for_collective
 from shmcoll.sizes import format_size, parse_size
 
-COLLECTIVES = tuple(sorted({c for alg in REGISTRY.values() for c in alg.COLLECTIVES}))
 ALL_COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "gather",
                    "scatter")
 log = logging.getLogger("shmcoll")

@@ -235,8 +235,7 @@ def use_in_forked_child(comm):
     return message, float(comm.allreduce(np.ones(4, np.float32)).sum())
 
 
-SOAK_COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "gather",
-                    "scatter")
+from shmcoll.selector import ALL_COLLECTIVES as SOAK_COLLECTIVES  # noqa: E402
 
 
 def _rss_bytes():

@@ -36,40 +36,30 @@ typedef struct ring_plan {
     int stream;               /* write the output with streaming stores */
 } ring_plan;
 
-#define wrap sc_wrap
-#define block_range sc_block_range
-
 /* Chunk c of block b, as an element range; false when the block has no chunk c. */
 static inline int chunk_of(const ring_plan *p, int b, size_t c, size_t *off, size_t *n)
 {
-    size_t boff, blen;
-    block_range(p->count, p->c->world, b, &boff, &blen);
-    size_t start = c * p->chunk;
-    if (start >= blen)
-        return 0;
-    *off = boff + start;
-    *n = blen - start < p->chunk ? blen - start : p->chunk;
-    return 1;
+    return sc_chunk_of(p->count, p->c->world, b, c, p->chunk, off, n);
 }
 
 static int rs_round(const ring_plan *p, size_t c, int forward)
 {
     sc_comm *cm = p->c;
     int r = cm->rank, P = cm->world;
-    sc_endpoint *to = &cm->send[wrap(r + 1, P)], *from = &cm->recv[wrap(r - 1, P)];
+    sc_endpoint *to = &cm->send[sc_wrap(r + 1, P)], *from = &cm->recv[sc_wrap(r - 1, P)];
     size_t off, n, isz = p->itemsize;
     void *out_slot;
     const void *in_slot;
     int st;
 
-    if (chunk_of(p, wrap(r - 1, P), c, &off, &n)) {
+    if (chunk_of(p, sc_wrap(r - 1, P), c, &off, &n)) {
         if ((st = sc_send_acquire(cm, to, &out_slot)))
             return st;
         p->k->first(out_slot, p->x + off * isz, n);
         sc_send_commit(to);
     }
     for (int k = 1; k <= P - 2; k++) {
-        if (!chunk_of(p, wrap(r - k - 1, P), c, &off, &n))
+        if (!chunk_of(p, sc_wrap(r - k - 1, P), c, &off, &n))
             continue;
         if ((st = sc_recv_acquire(cm, from, &in_slot)) || (st = sc_send_acquire(cm, to, &out_slot)))
             return st;
@@ -80,7 +70,7 @@ static int rs_round(const ring_plan *p, size_t c, int forward)
     if (!chunk_of(p, r, c, &off, &n))
         return SC_OK;
     size_t boff, blen;
-    block_range(p->count, P, r, &boff, &blen);
+    sc_block_range(p->count, P, r, &boff, &blen);
     char *dst = p->final + (off - boff) * isz;
     if ((st = sc_recv_acquire(cm, from, &in_slot)))
         return st;
@@ -103,7 +93,7 @@ static int ag_round(const ring_plan *p, size_t c, int own_sent)
 {
     sc_comm *cm = p->c;
     int r = cm->rank, P = cm->world;
-    sc_endpoint *to = &cm->send[wrap(r + 1, P)], *from = &cm->recv[wrap(r - 1, P)];
+    sc_endpoint *to = &cm->send[sc_wrap(r + 1, P)], *from = &cm->recv[sc_wrap(r - 1, P)];
     size_t off, n, isz = p->itemsize;
     void *out_slot;
     const void *in_slot;
@@ -113,7 +103,7 @@ static int ag_round(const ring_plan *p, size_t c, int own_sent)
         if ((st = sc_send_acquire(cm, to, &out_slot)))
             return st;
         size_t boff, blen;
-        block_range(p->count, P, r, &boff, &blen);
+        sc_block_range(p->count, P, r, &boff, &blen);
         const char *src = p->x + (off - boff) * isz;
         memcpy(out_slot, src, n * isz);
         if (p->out + off * isz != src)
@@ -121,7 +111,7 @@ static int ag_round(const ring_plan *p, size_t c, int own_sent)
         sc_send_commit(to);
     }
     for (int j = 0; j <= P - 2; j++) {
-        if (!chunk_of(p, wrap(r - j - 1, P), c, &off, &n))
+        if (!chunk_of(p, sc_wrap(r - j - 1, P), c, &off, &n))
             continue;
         if ((st = sc_recv_acquire(cm, from, &in_slot)))
             return st;
@@ -151,7 +141,7 @@ static size_t chunk_elems(const sc_comm *c, size_t accsize)
 int sc_ring_allreduce(sc_comm *c, const sc_args *a, const sc_kernels *k)
 {
     size_t roff, rlen, count = a->count;
-    block_range(count, c->world, c->rank, &roff, &rlen);
+    sc_block_range(count, c->world, c->rank, &roff, &rlen);
     ring_plan p = { c, a->x, a->out, (char *)a->out + roff * k->itemsize, count,
                     chunk_elems(c, k->accsize), k->itemsize, k, a->op,
                     sc_use_stream(c, count * k->itemsize) && a->out != a->x };
