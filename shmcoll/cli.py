@@ -29,6 +29,8 @@ def _add_perf_args(p):
                    help="NAME (force it), auto (the cost model, default) or all (one block per "
                         "algorithm, fastest marked)")
     p.add_argument("-r", "--root", type=int, default=0, help="root rank of rooted collectives")
+    p.add_argument("--bind", choices=("core", "llc", "numa"), default=None,
+                   help="pin ranks in topology order (default: the scheduler places them)")
     p.add_argument("--plot", default=None, metavar="FILE.png",
                    help="busbw against size per algorithm, modelled crossovers marked "
                         "(needs matplotlib: pip install 'shmcoll[plot]')")
@@ -155,7 +157,19 @@ def _info(argv):
     p = argparse.ArgumentParser(prog="shmcoll info")
     p.add_argument("-np", "--nprocs", dest="worlds", type=int, nargs="*", default=[2, 4],
                    help="world sizes to show the cost model's decisions for")
+    p.add_argument("--topology", action="store_true",
+                   help="print the CPU topology found and where P ranks would be bound")
+    p.add_argument("--bind", choices=("core", "llc", "numa"), default="core")
     opts = p.parse_args(argv)
+    if opts.topology:
+        from shmcoll import topology
+        topo = topology.discover()
+        print(f"topology: {topo.describe()}")
+        print(f"cpus in ring order: {' '.join(str(c.id) for c in topo.cpus)}")
+        for world in opts.worlds:
+            print(f"P={world}, bind={opts.bind} (rank r's neighbours are r-1 and r+1):")
+            print("\n".join(topology.describe_placement(topo, world, opts.bind)))
+        return 0
     print(f"shmcoll {__version__}  engine {_engine.__file__}")
     print(f"machine: {calibration.machine_key()}")
     print(f"dtypes: {', '.join(_engine.SUPPORTED_DTYPES)}")

@@ -167,12 +167,13 @@ def attach(name, rank, world, token, params):
     return _join(seg, name, rank, world, token, params)
 
 
-def init(rank=None, world_size=None, job=None, timeout=None):
+def init(rank=None, world_size=None, job=None, timeout=None, bind=None):
     """Join a job by name, for processes started by anything else.
 
     Defaults come from SHMCOLL_RANK, SHMCOLL_WORLD_SIZE and SHMCOLL_JOB.  All
     processes passing the same job name form one communicator; rank 0 creates the
-    shared segment and the others wait for it (up to the timeout).
+    shared segment and the others wait for it (up to the timeout).  `bind` pins this
+    rank as launch(bind=...) would ("core", "llc", "numa"; see shmcoll.topology).
     """
     rank = get("SHMCOLL_RANK") if rank is None else rank
     world_size = get("SHMCOLL_WORLD_SIZE") if world_size is None else world_size
@@ -188,6 +189,9 @@ def init(rank=None, world_size=None, job=None, timeout=None):
     if not job:
         raise ValueError("job name must not be empty")
     params = EngineParams.from_env(world_size, timeout)
+    if bind is not None:
+        from shmcoll import topology
+        topology.bind_self(topology.placement(topology.discover(), world_size, bind)[rank])
     name, token = segment.job_identity(job)
     if rank == 0:
         seg = segment.create_for_job(name, world_size, params, token)

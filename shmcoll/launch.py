@@ -20,15 +20,22 @@ from shmcoll.errors import JobAbortedError, LaunchError, PeerLostError
 _GRACE_S = 2.0
 
 
-def launch(fn, nprocs, args=(), timeout=None):
+def launch(fn, nprocs, args=(), timeout=None, bind=None):
     """Start `nprocs` ranks, call ``fn(comm, *args)`` in each; return results in rank order.
 
     `fn` and `args` must be picklable (the spawn start method is used).  `timeout`
-    bounds every wait inside a collective (default SHMCOLL_TIMEOUT).
+    bounds every wait inside a collective (default SHMCOLL_TIMEOUT).  `bind` pins the
+    ranks: "core" (one CPU each), "llc" (the CPUs of a last-level-cache group) or "numa"
+    (a NUMA node), in topology order so that rank neighbours share caches
+    (shmcoll.topology); None leaves placement to the scheduler.
     """
     nprocs = int(nprocs)
     if nprocs < 1:
         raise ValueError(f"nprocs must be >= 1, got {nprocs}")
+    places = [None] * nprocs
+    if bind is not None:
+        from shmcoll import topology
+        places = topology.placement(topology.discover(), nprocs, bind)
     params = EngineParams.from_env(nprocs, timeout)
     selector.parse_overrides(get("SHMCOLL_ALGO"))     # a bad value fails here, not in N ranks
     name, token = segment.launch_identity()
@@ -39,7 +46,8 @@ def launch(fn, nprocs, args=(), timeout=None):
         for rank in range(nprocs):
             reader, writer = ctx.Pipe(duplex=False)
             proc = ctx.Process(target=_rank_main, name=f"shmcoll-rank-{rank}",
-                               args=(fn, args, rank, nprocs, name, token, params, writer))
+                               args=(fn, args, rank, nprocs, name, token, params, writer,
+                                     places[rank]))
             proc.start()
             writer.close()
             procs.append(proc)
@@ -139,9 +147,12 @@ def _die_with_parent():
         pass
 
 
-def _rank_main(fn, args, rank, world, name, token, params, conn):
+def _rank_main(fn, args, rank, world, name, token, params, conn, cpus=None):
     from shmcoll.communicator import attach
     _die_with_parent()
+    if cpus is not None:
+        from shmcoll.topology import bind_self
+        bind_self(cpus)
     try:
         comm = attach(name, rank, world, token, params)
         with comm:

@@ -348,7 +348,7 @@ def _sized(comm, opts, nbytes):
 def run(opts):
     """Launch opts.np ranks, sweep, print; returns the process exit status."""
     from shmcoll.launch import launch
-    rows = launch(sweep_worker, opts.np, args=(opts,))[0]
+    rows = launch(sweep_worker, opts.np, args=(opts,), bind=getattr(opts, "bind", None))[0]
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump([asdict(r) for r in rows], f, indent=1)
