@@ -160,6 +160,14 @@ cdef cnp.ndarray empty(int nd, cnp.npy_intp *dims, cnp.ndarray like):
     return np.empty(tuple(dims[i] for i in range(nd)), dtype=like.dtype)
 
 
+cdef cnp.ndarray reduction_input(object x, int op, int *dt):
+    """x as a C-contiguous array of a reducible dtype for which `op` is defined."""
+    cdef cnp.ndarray xa = as_input(x)
+    dt[0] = dtype_code(xa)
+    _check_op(dt[0], op, xa)
+    return xa
+
+
 cdef cnp.ndarray out_like(object out, cnp.ndarray xa, bint inplace_ok):
     """`out` of x's shape and dtype (allocated when None); out=x is in place."""
     if out is None:
@@ -413,9 +421,8 @@ cdef class Engine:
 
     def allreduce(self, x, out, int op, algo=None):
         self._live()
-        cdef cnp.ndarray xa = as_input(x)
-        cdef int dt = dtype_code(xa)
-        _check_op(dt, op, xa)
+        cdef int dt
+        cdef cnp.ndarray xa = reduction_input(x, op, &dt)
         cdef cnp.ndarray oa = out_like(out, xa, True)
         self._run(SC_COLL_ALLREDUCE, algo, dt, op, -1, cnp.PyArray_DATA(xa), cnp.PyArray_DATA(oa),
                   <size_t>cnp.PyArray_SIZE(xa), <size_t>cnp.PyArray_NBYTES(xa))
@@ -424,9 +431,8 @@ cdef class Engine:
     def reduce(self, x, out, int op, int root, algo=None):
         self._live()
         self._root(root)
-        cdef cnp.ndarray xa = as_input(x)
-        cdef int dt = dtype_code(xa)
-        _check_op(dt, op, xa)
+        cdef int dt
+        cdef cnp.ndarray xa = reduction_input(x, op, &dt)
         cdef cnp.ndarray oa = None
         cdef void *op_ = NULL
         # out is checked on every rank that passes one (a wrong buffer is a bug even
@@ -442,9 +448,8 @@ cdef class Engine:
 
     def reduce_scatter(self, x, out, int op, algo=None):
         self._live()
-        cdef cnp.ndarray xa = as_input(x)
-        cdef int dt = dtype_code(xa)
-        _check_op(dt, op, xa)
+        cdef int dt
+        cdef cnp.ndarray xa = reduction_input(x, op, &dt)
         cdef int nd = cnp.PyArray_NDIM(xa)
         if nd == 0 or cnp.PyArray_DIMS(xa)[0] % self.world_size:
             raise ValueError(f"reduce_scatter needs x.shape[0] divisible by world_size "
