@@ -81,7 +81,7 @@ def _validate_perf(parser, opts):
         opts.dtype = np.dtype(ml_dtypes.bfloat16)
 
 
-@subcommand("bench-compare", "compare two saved benchmark runs, normalised by memcpy")
+@subcommand("bench-compare", "compare saved benchmark runs: raw and normalised changes")
 def _bench_compare(argv):
     from shmcoll import benchcmp
     return benchcmp.main(argv)
@@ -199,7 +199,7 @@ def main(argv=None):
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in SUBCOMMANDS:
         print("usage: shmcoll {" + ",".join(SUBCOMMANDS) + "} ...\n")
         for name, (_, help) in SUBCOMMANDS.items():
-            print(f"  {name:<10} {help}")
+            print(f"  {name:<14} {help}")
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     fn, _ = SUBCOMMANDS[argv[0]]
     return fn(argv[1:])
