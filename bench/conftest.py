@@ -14,7 +14,7 @@ import shmcoll
 from shmcoll.perf import bus_factor, copy_reference_seconds
 
 sys.path.insert(0, os.path.dirname(__file__))
-from mirror import build, exchange_command  # noqa: E402
+from mirror import build, exchange_command, pin  # noqa: E402
 
 HERE = os.path.dirname(__file__)
 
@@ -29,6 +29,7 @@ class Ranks:
                                          env=dict(env, SHMCOLL_RANK=str(r)), cwd=HERE)
                         for r in range(1, world)]
         self.comm = shmcoll.init(rank=0, world_size=world, job=job)
+        pin(0)      # rank r on the r-th CPU, as the mirrors do: placement stays put
 
     def prepare(self, calls, **command):
         """Tell the mirrors what to repeat `calls` times; return rank 0's case and call."""

@@ -6,8 +6,9 @@ protocol (a command allgathered from rank 0, then `calls` calls) is shared with
 `shmcoll bench-ab`.
 """
 import shmcoll
-from shmcoll.abtest import build, exchange_command, mirror  # noqa: F401 (conftest imports)
+from shmcoll.abtest import build, exchange_command, mirror, pin  # noqa: F401 (conftest imports)
 
 if __name__ == "__main__":
     with shmcoll.init() as comm:
+        pin(comm.rank)
         mirror(comm)
