@@ -4,9 +4,6 @@ import os
 import secrets
 import subprocess
 import sys
-import time
-
-import numpy as np
 
 import pytest
 
@@ -15,6 +12,7 @@ from shmcoll.perf import bus_factor, copy_reference_seconds
 
 sys.path.insert(0, os.path.dirname(__file__))
 from mirror import build, exchange_command, pin  # noqa: E402
+from shmcoll.abtest import median_call_seconds  # noqa: E402
 
 HERE = os.path.dirname(__file__)
 
@@ -43,12 +41,7 @@ class Ranks:
         _, call = self.prepare(calls + 1, collective="broadcast", nbytes=nbytes,
                                dtype="uint8", op="sum", algo="direct", inplace=False)
         call()
-        samples = []
-        for _ in range(calls):
-            t0 = time.perf_counter()
-            call()
-            samples.append(time.perf_counter() - t0)
-        return float(np.median(samples))
+        return median_call_seconds(call, calls)
 
     def close(self):
         exchange_command(self.comm, {"collective": "stop"})

@@ -62,6 +62,16 @@ def pin(rank):
         pass
 
 
+def median_call_seconds(call, calls):
+    """Median seconds of `calls` calls, each timed on its own (rank 0's view)."""
+    samples = []
+    for _ in range(calls):      # exactly `calls`: the other ranks repeat as many
+        t0 = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - t0)
+    return float(np.median(samples)) if samples else 0.0
+
+
 def mirror(comm):
     """A rank other than 0: repeat every call rank 0 makes, until told to stop."""
     while True:
@@ -96,12 +106,8 @@ def serve(world):
                 break
             exchange_command(comm, req)
             case, call = build(comm, req)
-            samples = []
-            for _ in range(req["calls"]):
-                t0 = time.perf_counter()
-                call()
-                samples.append(time.perf_counter() - t0)
-            print(json.dumps({"median": float(np.median(samples[1:] or samples)),
+            call()      # the mirrors repeat `calls`: one untimed, the rest timed
+            print(json.dumps({"median": median_call_seconds(call, req["calls"] - 1),
                               "algorithm": comm.algorithm_for(req["collective"], case.nbytes,
                                                               req.get("algo"))}), flush=True)
     finally:

@@ -41,7 +41,7 @@ def measure(comm, sizes, budget_s):
                 iters = int(max(3, min(2000, budget_s / REPEATS / max(once, 1e-7))))
                 seconds = float(np.median([time_calls(comm, call, iters, max(1, iters // 10))
                                            for _ in range(REPEATS)]))
-                variant = comm._choose_variant(coll, case.nbytes, name)
+                variant = comm._decide(coll, case.nbytes, name).candidate.variant
                 rows.append((coll, name, variant, case.nbytes, seconds))
     return rows
 

@@ -52,13 +52,18 @@ class Communicator:
         engine.choose = self._choose
         _ENGINES.add(engine)
 
+    def _decide(self, collective, nbytes, algo=None):
+        """The selector's decision for this communicator (model and overrides)."""
+        if algo is not None and not isinstance(algo, str):
+            raise ValueError(f"algo must be an algorithm name, 'auto' or None, got {algo!r}")
+        return selector.decide(collective, self.world_size, nbytes, algo, self._model,
+                               self._rules)
+
     def _choose(self, collective, world, nbytes, algo):
         """Engine code for a call (the engine caches it per size and algo): `algo` if
         named (its best variant for the size), else the SHMCOLL_ALGO rule covering
         the size, else the cost model's argmin."""
-        if algo is not None and not isinstance(algo, str):
-            raise ValueError(f"algo must be an algorithm name, 'auto' or None, got {algo!r}")
-        decision = selector.decide(collective, world, nbytes, algo, self._model, self._rules)
+        decision = self._decide(collective, nbytes, algo)
         if self._debug:
             selector.log_decision(self.rank, collective, world, nbytes, decision)
         return decision.candidate.code
@@ -66,12 +71,7 @@ class Communicator:
     def algorithm_for(self, collective, nbytes, algo=None):
         """What a call of `collective` on nbytes (see shmcoll.selector) runs here, as
         'algorithm' or 'algorithm (variant)'."""
-        return selector.decide(collective, self.world_size, nbytes, algo, self._model,
-                               self._rules).candidate.label
-
-    def _choose_variant(self, collective, nbytes, algo):
-        return selector.decide(collective, self.world_size, nbytes, algo, self._model,
-                               self._rules).candidate.variant
+        return self._decide(collective, nbytes, algo).candidate.label
 
     # -- collectives -------------------------------------------------------
     def allreduce(self, x, out=None, op="sum", algo=None):
