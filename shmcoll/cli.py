@@ -150,6 +150,12 @@ def _gbs(seconds_per_byte):
     return f"{1 / seconds_per_byte / 1e9:.2f}" if seconds_per_byte else "inf"
 
 
+@subcommand("simulate", "collectives on a modelled multi-node cluster (alpha-beta)")
+def _simulate(argv):
+    from shmcoll.simulator import command
+    return command.main(argv)
+
+
 @subcommand("info", "build, settings, calibration and algorithms in force")
 def _info(argv):
     from shmcoll import calibration, config, __version__, _engine, selector

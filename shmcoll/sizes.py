@@ -18,3 +18,11 @@ def format_size(n):
         if n and n % _UNITS[unit] == 0:
             return f"{n // _UNITS[unit]}{unit}"
     return str(n)
+
+
+def human_size(n):
+    """Bytes for people: 8 B, 64 KiB, 1.5 MiB (binary units, as parse_size reads them)."""
+    for unit in ("G", "M", "K"):
+        if n >= _UNITS[unit]:
+            return f"{n / _UNITS[unit]:g} {unit}iB"
+    return f"{n:g} B"

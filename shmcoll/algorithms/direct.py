@@ -18,6 +18,7 @@ C: csrc/sc_direct.c, csrc/sc_tree.c (star).  n as in selector.nbytes:
     gather, scatter      α +  (P-1)·o +  n(P-1)/P·β
 (β per byte copied by the busiest rank: what it sends plus what it receives.)
 """
+from shmcoll.algorithms.rounds import all_pairs_round, star_round
 from shmcoll.algorithms.terms import Terms
 
 NAME = "direct"
@@ -46,3 +47,21 @@ def variants(collective, world, nbytes):
         raise ValueError(f"direct does not implement {collective}")
     star = collective in ("broadcast", "reduce", "gather", "scatter")
     return [("star" if star else NAME, CODE, terms[collective])]
+
+
+def rounds(collective, world, variant=None):
+    """The schedule as rounds (algorithms.rounds), root 0; the two shots of two-shot
+    interleave chunk by chunk, so they share a stage."""
+    p = world
+    if collective == "allreduce":
+        if variant == "two-shot":
+            return [all_pairs_round(p, 1.0 / p, True), all_pairs_round(p, 1.0 / p, False)]
+        return [all_pairs_round(p, 1.0, True)]
+    if collective in ("reduce_scatter", "allgather"):
+        return [all_pairs_round(p, 1.0 / p, collective == "reduce_scatter")]
+    star = {"broadcast": (1.0, False, False), "reduce": (1.0, True, True),
+            "gather": (1.0 / p, True, False), "scatter": (1.0 / p, False, False)}
+    if collective not in star:
+        raise ValueError(f"direct does not implement {collective}")
+    share, inward, reduces = star[collective]
+    return [star_round(p, share, inward, reduces)]

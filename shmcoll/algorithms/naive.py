@@ -6,6 +6,7 @@ C: csrc/sc_tree.c (star shape).
 
     allreduce   2α + 2(P-1)·o + 2n(P-1)·β + n(P-1)·γ
 """
+from shmcoll.algorithms.rounds import star_round
 from shmcoll.algorithms.terms import Terms
 
 NAME = "naive"
@@ -19,3 +20,11 @@ def variants(collective, world, nbytes):
         raise ValueError(f"naive does not implement {collective}")
     p, n = world, float(nbytes)
     return [(NAME, CODE, Terms(2, 2 * (p - 1), 2 * n * (p - 1), n * (p - 1)))]
+
+
+def rounds(collective, world, variant=None):
+    """Reduce into rank 0 and broadcast from it, overlapped chunk by chunk."""
+    if collective != "allreduce":
+        raise ValueError(f"naive does not implement {collective}")
+    return [star_round(world, 1.0, inward=True, reduces=True),
+            star_round(world, 1.0, inward=False)]

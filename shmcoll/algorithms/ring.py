@@ -15,6 +15,7 @@ chunks).  C: csrc/sc_ring.c (ring), csrc/sc_tree.c (chain).  n as in selector.nb
 where c = 2 (a middle rank copies n in and n out), c = 1 when P = 2.  β prices
 bytes copied (sent and received), so the classic sent-bytes terms appear doubled.
 """
+from shmcoll.algorithms.rounds import make_round, ring_round
 from shmcoll.algorithms.terms import Terms
 
 NAME = "ring"
@@ -42,3 +43,18 @@ def variants(collective, world, nbytes):
         raise ValueError(f"ring does not implement {collective}")
     return [(NAME if collective in ("allreduce", "reduce_scatter", "allgather") else "chain",
              CODE, t)]
+
+
+def rounds(collective, world, variant=None):
+    """The schedule as rounds (algorithms.rounds), root 0; ring steps run one after
+    another, the chain's hops overlap chunk by chunk."""
+    p = world
+    if collective in ("allreduce", "reduce_scatter", "allgather"):
+        reducing = {"allreduce": p - 1, "reduce_scatter": p - 1, "allgather": 0}[collective]
+        count = 2 * (p - 1) if collective == "allreduce" else p - 1
+        return [ring_round(p, 1.0 / p, k < reducing, stage=k) for k in range(count)]
+    if collective == "broadcast":
+        return [make_round([k], [k + 1], 1.0) for k in range(p - 1)]
+    if collective == "reduce":
+        return [make_round([k], [k - 1], 1.0, reduces=True) for k in range(p - 1, 0, -1)]
+    raise ValueError(f"ring does not implement {collective}")

@@ -12,6 +12,7 @@ With L = ⌈log2 P⌉ and n as in selector.nbytes:
     allreduce         2L·α + 2L·o +    2n·L·β + n·L·γ
 (β per byte copied by the busiest rank, the root: it sends or receives n per child.)
 """
+from shmcoll.algorithms.rounds import make_round
 from shmcoll.algorithms.terms import Terms, log2_ceil
 
 NAME = "tree"
@@ -32,3 +33,32 @@ def variants(collective, world, nbytes):
     if collective not in terms:
         raise ValueError(f"tree does not implement {collective}")
     return [("binomial", CODE, terms[collective])]
+
+
+def _levels(world):
+    """Per level j (deepest first): the ranks whose parent is 2^j below them, and the
+    sizes of their subtrees."""
+    levels = []
+    for j in reversed(range(log2_ceil(world))):
+        ranks = [v for v in range(1, world) if v & -v == 1 << j]
+        levels.append((ranks, [min(1 << j, world - v) for v in ranks]))
+    return levels[::-1]
+
+
+def rounds(collective, world, variant=None):
+    """The schedule as rounds (algorithms.rounds), root 0, all levels overlapping:
+    leaves first going up (reduce, gather), the root's children first going down."""
+    up = [(ranks, [v - (v & -v) for v in ranks], sizes) for ranks, sizes in _levels(world)]
+    if collective in ("reduce", "allreduce"):
+        out = [make_round(src, dst, 1.0, reduces=True) for src, dst, _ in up]
+        if collective == "allreduce":
+            out += [make_round(dst, src, 1.0) for src, dst, _ in reversed(up)]
+        return out
+    if collective == "broadcast":
+        return [make_round(dst, src, 1.0) for src, dst, _ in reversed(up)]
+    if collective == "gather":
+        return [make_round(src, dst, [s / world for s in sizes]) for src, dst, sizes in up]
+    if collective == "scatter":
+        return [make_round(dst, src, [s / world for s in sizes])
+                for src, dst, sizes in reversed(up)]
+    raise ValueError(f"tree does not implement {collective}")
