@@ -2,7 +2,7 @@
 links), priced from the same schedules the engine runs.
 
   shmcoll simulate allreduce --nodes 2 --per-node 8 --intra nvlink4 --inter ib-ndr
-  shmcoll simulate allreduce --nodes 1 --per-node 16 --intra 1GB/s:1us --algo all
+  shmcoll simulate allreduce --nodes 1 --per-node 16 --intra 1GB/s:1us --algo tree,ring
   shmcoll simulate --reproduce crossover|node-aware|asymptote
 
 Links: nvlink4 (600 GB/s), pcie5 (64 GB/s), ib-ndr (50 GB/s), or BANDWIDTH[:LATENCY].
@@ -32,7 +32,7 @@ def parser():
     p.add_argument("--reduce-bw", type=parse_link, default=None, metavar="BW",
                    help="bytes per second one rank reduces (default: reduction is free)")
     p.add_argument("--order", choices=ORDERS, default="node-aware", help="rank order")
-    p.add_argument("--algo", default="all", help="NAME, auto (the cheapest) or all (default)")
+    p.add_argument("--algo", default="all", help="NAME, several as tree,ring, auto (the cheapest) or all (default)")
     p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("8"))
     p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("1G"))
     p.add_argument("-f", "--stepfactor", dest="factor", type=float, default=4.0)
@@ -57,18 +57,20 @@ def main(argv):
         sizes = size_sweep(opts.minbytes, opts.maxbytes, opts.factor)
     except ValueError as e:
         p.error(str(e))
-    if opts.algo not in ("all", "auto") + tuple(algorithms_for(opts.collective)):
+    only = None if opts.algo in ("all", "auto") else tuple(opts.algo.split(","))
+    unknown = set(only or ()) - set(algorithms_for(opts.collective))
+    if unknown:
         p.error(f"--algo {opts.algo}: choose from "
-                f"{', '.join(algorithms_for(opts.collective) + ['auto', 'all'])}")
+                f"{', '.join(algorithms_for(opts.collective) + ['auto', 'all'])} "
+                f"(or several, comma-separated)")
     if opts.plot:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
             p.error("--plot needs matplotlib (pip install 'shmcoll[plot]')")
-    only = None if opts.algo in ("all", "auto") else (opts.algo,)
     pool = candidates(opts.collective, cluster, opts.order, only)
     print(f"# shmcoll simulate {opts.collective}: {cluster.describe()}; order {opts.order}")
-    rows = table(pool, sizes, show_each=opts.algo == "all")
+    rows = table(pool, sizes, show_each=opts.algo != "auto" and len(pool) > 1)
     print("\n".join(rows))
     winners = [min(pool, key=lambda c: c.seconds(n)) for n in sizes]
     marks = crossovers(winners)
@@ -134,5 +136,5 @@ def plot(pool, sizes, marks, opts, cluster):
     for n in (s for s in sizes if s > 0):
         for name, c in best_of_each(pool, n).items():
             series.setdefault(name, []).append((n, result(c, n).busbw / 1e9))
-    plot_busbw(series, [(s, f"crossover {label}") for s, label in marks], opts.plot,
+    plot_busbw(series, [(s, f"{label} at {s:,.0f} B") for s, label in marks], opts.plot,
                f"{opts.collective} (modelled), {cluster.nodes}x{cluster.per_node}, {opts.order}")
