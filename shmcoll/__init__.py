@@ -10,7 +10,8 @@
         print(shmcoll.launch(work, nprocs=4))
 """
 from shmcoll.communicator import Communicator, init
-from shmcoll.errors import (ClosedError, CommunicatorBrokenError, JobAbortedError, LaunchError,
+from shmcoll.errors import (ClosedError, CommunicatorBrokenError, DeviceError, JobAbortedError,
+                            LaunchError,
                             MismatchError, PeerLostError, SegmentError, ShmcollError,
                             TimeoutError)
 from shmcoll.launch import launch
@@ -21,5 +22,5 @@ __version__ = "0.1.0"
 __all__ = [
     "launch", "init", "Communicator", "ReduceOp", "ShmcollError", "TimeoutError",
     "PeerLostError", "MismatchError", "JobAbortedError", "CommunicatorBrokenError", "ClosedError",
-    "SegmentError", "LaunchError", "__version__",
+    "SegmentError", "LaunchError", "DeviceError", "__version__",
 ]

@@ -32,6 +32,10 @@ def _model(alpha_us, overhead_us, beta_gbs, gamma_gbs, **setup_us):
 REFERENCE_FILE = Path(__file__).with_name("reference_calibration.json")
 FALLBACK = Models(_model(0.5, 0.1, 15, 20))
 FALLBACK_OVERSUBSCRIBED = Models(_model(2.0, 1.0, 8, 20))
+# The GPU path until `shmcoll calibrate --device cuda` has measured it: round figures
+# for one GPU's ranks — a step is a kernel launch plus a flag round trip through
+# system-scope memory, a message a copy launch, bytes move at HBM speed.
+DEVICE_DEFAULT = Models(_model(6.0, 1.0, 1500, 1500))
 
 
 def _reference():
@@ -62,8 +66,10 @@ def _cpu_model():
     return platform.processor() or platform.machine()
 
 
-def machine_key():
-    return f"{_cpu_model()} | {os.cpu_count()} cpus | {job_cpus()} usable"
+def machine_key(device=None):
+    """The CPU model and counts; with `device` (a GPU's name), that GPU's key."""
+    key = f"{_cpu_model()} | {os.cpu_count()} cpus | {job_cpus()} usable"
+    return f"{key} | {device}" if device else key
 
 
 def _read(path):
@@ -76,11 +82,11 @@ def _read(path):
     return data
 
 
-def load(world, path=None):
-    """The calibrated entry for this machine and world size, or None."""
+def load(world, path=None, device=None):
+    """The calibrated entry for this machine (or its GPU) and world size, or None."""
     if get("SHMCOLL_CALIBRATION") == "off":
         return None
-    entry = _read(path or cache_path())["machines"].get(machine_key(), {}).get(str(world))
+    entry = _read(path or cache_path())["machines"].get(machine_key(device), {}).get(str(world))
     if not isinstance(entry, dict) or not isinstance(entry.get("collectives"), dict):
         return None
     return entry
@@ -112,26 +118,28 @@ def _models_from_entry(entry, base):
     return Models(base, by)
 
 
-def model_for(world, path=None):
-    """(Models, source): the calibration for (machine, world), else the defaults."""
-    entry = load(world, path)
+def model_for(world, path=None, device=None):
+    """(Models, source): the calibration for (machine, world) — for the GPU path,
+    (machine and GPU, world) — else the defaults."""
+    entry = load(world, path, device)
+    base = DEVICE_DEFAULT if device else default_model(world)
     if entry is None:
-        return default_model(world), "default"
+        return base, "default"
     try:
-        models = _models_from_entry(entry, default_model(world).default)
+        models = _models_from_entry(entry, base.default)
     except (KeyError, TypeError, ValueError):
-        return default_model(world), "default (calibration entry unreadable)"
+        return base, "default (calibration entry unreadable)"
     return models, f"calibrated {entry.get('when', '')}".strip()
 
 
-def save(world, models, extra=None, path=None):
+def save(world, models, extra=None, path=None, device=None):
     """Stores {collective: (CostModel, fit error)} for (this machine, world)
     atomically; returns the path."""
     path = Path(path or cache_path())
     data = _read(path)
     collectives = {c: dict(m.as_dict(), rms_rel_error=round(err, 4)) for c, (m, err) in models.items()}
     entry = dict(collectives=collectives, when=time.strftime("%Y-%m-%d %H:%M:%S"), **(extra or {}))
-    data["machines"].setdefault(machine_key(), {})[str(world)] = entry
+    data["machines"].setdefault(machine_key(device), {})[str(world)] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True))

@@ -3,8 +3,11 @@ import operator
 import os
 import weakref
 
+import numpy as np
+
 from shmcoll import _engine, calibration, segment, selector
 from shmcoll.config import EngineParams, get
+from shmcoll.cuda import is_device_array
 from shmcoll.errors import SegmentError
 from shmcoll.ops import OP_CODES, op_code
 
@@ -42,8 +45,10 @@ class Communicator:
     and dtype, and ``out=x`` (allreduce) works in place.
     """
 
-    def __init__(self, engine, rules=None):
+    def __init__(self, engine, rules=None, timeout=None):
         self._engine = engine
+        self._timeout = get("SHMCOLL_TIMEOUT") if timeout is None else timeout
+        self._device_path = None
         self.rank = engine.rank
         self.world_size = engine.world_size
         self._rules = rules or selector.Rules()
@@ -68,10 +73,28 @@ class Communicator:
             selector.log_decision(self.rank, collective, world, nbytes, decision)
         return decision.candidate.code
 
-    def algorithm_for(self, collective, nbytes, algo=None):
+    def algorithm_for(self, collective, nbytes, algo=None, device=False):
         """What a call of `collective` on nbytes (see shmcoll.selector) runs here, as
-        'algorithm' or 'algorithm (variant)'."""
+        'algorithm' or 'algorithm (variant)'; device=True: for device arrays."""
+        if device:
+            return self._device().algorithm_for(collective, nbytes, algo)
         return self._decide(collective, nbytes, algo).candidate.label
+
+    def _device(self):
+        """The GPU path (shmcoll.cuda), set up at the first device array."""
+        if self._device_path is None:
+            if self.closed:
+                self._engine.barrier()      # raises ClosedError
+            from shmcoll.cuda.path import DevicePath
+            self._device_path = DevicePath(self)
+        return self._device_path
+
+    def synchronize(self):
+        """Wait until this rank's collectives on device arrays have finished on the
+        device, and raise any error a device-side wait recorded (the GPU path runs
+        asynchronously on the current CUDA stream).  A no-op for numpy arrays."""
+        if self._device_path is not None:
+            self._device_path.synchronize()
 
     # -- collectives -------------------------------------------------------
     def allreduce(self, x, out=None, op="sum", algo=None):
@@ -81,35 +104,49 @@ class Communicator:
             code = OP_CODES[op]
         except (KeyError, TypeError):
             code = op_code(op)
+        if type(x) is not np.ndarray and is_device_array(x):
+            return self._device().allreduce(x, out, code, algo)
         return self._engine.allreduce(x, out, code, algo)
 
     def reduce(self, x, out=None, op="sum", root=0, algo=None):
         """Reduce x over all ranks into `root`: returns the result there, None elsewhere."""
+        if is_device_array(x):
+            return self._device().reduce(x, out, _op(op), _root(root), algo)
         return self._engine.reduce(x, out, _op(op), _root(root), algo)
 
     def reduce_scatter(self, x, out=None, op="sum", algo=None):
         """Reduce x over all ranks; rank r gets rows [r*m, (r+1)*m) of the result,
         where m = x.shape[0] // world_size (x.shape[0] must be divisible)."""
+        if is_device_array(x):
+            return self._device().reduce_scatter(x, out, _op(op), algo)
         return self._engine.reduce_scatter(x, out, _op(op), algo)
 
     def allgather(self, x, out=None, algo=None):
         """Every rank gets the stack of all ranks' x: shape (world_size, *x.shape)."""
+        if is_device_array(x):
+            return self._device().allgather(x, out, algo)
         return self._engine.allgather(x, out, algo)
 
     def gather(self, x, out=None, root=0, algo=None):
         """`root` gets the stack of all ranks' x, shape (world_size, *x.shape); other
         ranks get None."""
+        if is_device_array(x):
+            return self._device().gather(x, out, _root(root), algo)
         return self._engine.gather(x, out, _root(root), algo)
 
     def scatter(self, x, out=None, root=0, algo=None):
         """Row r of the root's x, shape (world_size, *s), goes to rank r.  Other ranks
         pass x=None and `out` (their receive buffer of shape s), or an x of the
         root's shape and dtype (only its shape is used) to have out allocated."""
+        if is_device_array(x) or (x is None and is_device_array(out)):
+            return self._device().scatter(x, out, _root(root), algo)
         return self._engine.scatter(x, out, _root(root), algo)
 
     def broadcast(self, x, root=0, algo=None):
         """Copy the root's x into x on every rank (in place; x must be a writeable,
         C-contiguous array of the same size everywhere).  Returns x."""
+        if is_device_array(x):
+            return self._device().broadcast(x, _root(root), algo)
         return self._engine.broadcast(x, _root(root), algo)
 
     def barrier(self):
@@ -122,11 +159,17 @@ class Communicator:
         return self._engine.closed
 
     def close(self):
-        """Leave the job.  Peers still waiting for this rank get PeerLostError."""
+        """Leave the job.  Peers still waiting for this rank get PeerLostError.  With
+        device buffers set up, every rank must close (they are freed only once no
+        peer has them open)."""
+        if self._device_path is not None and not self.closed:
+            self._device_path.close()
         self._engine.close(failed=False)
 
     def _fail(self):
         """Leave the job because this rank failed: peers stop waiting for it."""
+        if self._device_path is not None and not self.closed:
+            self._device_path.close(failed=True)
         self._engine.close(failed=True)
 
     def __enter__(self):
@@ -156,7 +199,7 @@ def _join(seg, name, rank, world, token, params):
         engine.close(failed=True)
         segment.unlink(name)
         raise
-    return Communicator(engine, rules)
+    return Communicator(engine, rules, params.timeout)
 
 
 def attach(name, rank, world, token, params):

@@ -56,6 +56,12 @@ SETTINGS = {s.name: s for s in (
     Setting("SHMCOLL_WORLD_SIZE", int, None, "Join mode: number of ranks (shmcoll.init)."),
     Setting("SHMCOLL_JOB", str, None,
             "Join mode: job name; processes passing the same name form one communicator."),
+    Setting("SHMCOLL_CUDA_BUFFER_BYTES", int, 32 << 20,
+            "Device arrays: bytes of each rank's CUDA IPC staging buffer (it holds two "
+            "halves of this size); larger messages go through it in pieces."),
+    Setting("SHMCOLL_CUDA_BACKEND", str, "cupy",
+            "Device arrays: 'cupy' (CUDA IPC through CuPy), or 'host', a stand-in that keeps "
+            "\"device\" buffers in host shared memory, for testing the GPU path without a GPU."),
     Setting("SHMCOLL_BUILD_DEBUG", bool, False,
             "Build time: compile the C engine with -O0 -g and assertions instead of -O3."),
 )}

@@ -49,6 +49,11 @@ class ClosedError(ShmcollError, ValueError):
     """The communicator was closed."""
 
 
+class DeviceError(ShmcollError):
+    """The GPU path cannot run: CuPy or a GPU is missing, peers cannot reach each
+    other's memory, or a device array is unsuitable (the message says which)."""
+
+
 class SegmentError(ShmcollError):
     """A shared segment could not be created, opened or validated."""
 

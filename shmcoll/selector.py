@@ -46,18 +46,23 @@ def algorithms_for(collective):
     return [name for name, alg in REGISTRY.items() if collective in alg.COLLECTIVES]
 
 
-def cost_table(collective, world, nbytes, model=None):
+def cost_table(collective, world, nbytes, model=None, variants=None):
     """{algorithm: its cheapest variant as a Candidate} for every algorithm implementing
     `collective`, priced by `model` (a CostModel, or a Models with one per collective;
-    None: this machine's, as a communicator of `world` ranks would use)."""
+    None: this machine's, as a communicator of `world` ranks would use).  `variants`
+    ({algorithm: (variant, ...)}) limits the candidates to what a path implements."""
     if model is None:
         from shmcoll.calibration import model_for
         model = model_for(world)[0]
     model = model_for_collective(model, collective)
     table = {}
     for name in algorithms_for(collective):
+        if variants is not None and name not in variants:
+            continue
         best = None
         for variant, code, terms in REGISTRY[name].variants(collective, world, nbytes):
+            if variants is not None and variant not in variants[name]:
+                continue
             seconds = model.seconds(terms, name) if world > 1 else 0.0
             if best is None or seconds < best.seconds:
                 best = Candidate(name, variant, code, seconds)
@@ -81,17 +86,24 @@ class Decision:
     table: dict
 
 
-def decide(collective, world, nbytes, algo=None, model=None, rules=None):
+def decide(collective, world, nbytes, algo=None, model=None, rules=None, variants=None):
     """What runs: `algo` if given, else the first override rule covering nbytes, else
-    the cheapest modelled candidate.  The table is kept for the debug log."""
-    table = cost_table(collective, world, nbytes, model)
+    the cheapest modelled candidate.  The table is kept for the debug log.  With
+    `variants` (see cost_table), rules naming another algorithm are passed over and
+    an explicit `algo` outside it is an error."""
+    table = cost_table(collective, world, nbytes, model, variants)
     reason = "algo="
     if algo is None or algo == "auto":
         algo = rules.lookup(collective, nbytes) if rules else None
         reason = "SHMCOLL_ALGO"
+        if algo not in table:
+            algo = None
     if algo is None:
         return Decision(min(table.values(), key=lambda c: c.seconds), "cost model", table)
     _check_algo(collective, algo)
+    if algo not in table:
+        raise ValueError(f"algorithm {algo!r} does not run {collective} on this path; "
+                         f"available: {', '.join(list(table) + ['auto'])}")
     return Decision(table[algo], reason, table)
 
 

@@ -335,3 +335,109 @@ def two_decisions(comm):
     """An automatic allreduce and broadcast (what SHMCOLL_DEBUG=INFO logs)."""
     comm.allreduce(np.ones(1024, np.float32))
     comm.broadcast(np.ones(3))
+
+
+def run_device_case(comm, collective, shape, dtype_name, op, inplace, algo=None, seed=0, root=0):
+    """run_case on stand-in device arrays (shmcoll.cuda.host.HostArray, the GPU path
+    with SHMCOLL_CUDA_BACKEND=host); returns numpy results like run_case."""
+    from shmcoll.cuda.host import HostArray
+    P, r = comm.world_size, comm.rank
+    x = HostArray(make_input(r, shape, dtype_name, op, seed))
+
+    def host(a):
+        return None if a is None else a.host.copy()
+    if collective == "allreduce":
+        return host(comm.allreduce(x, out=x if inplace else None, op=op, algo=algo))
+    if collective == "reduce":
+        return host(comm.reduce(x, op=op, root=root, algo=algo))
+    if collective == "reduce_scatter":
+        return host(comm.reduce_scatter(x, op=op, algo=algo))
+    if collective == "broadcast":
+        buf = make_input(root, shape, dtype_name, op, seed) if r == root else np.zeros(shape, x.dtype)
+        return host(comm.broadcast(HostArray(buf), root=root, algo=algo))
+    if collective == "scatter":
+        if r != root:
+            out = HostArray(np.empty(shape, dtype_of(dtype_name)))
+            return host(comm.scatter(None, out=out, root=root, algo=algo))
+        rows = np.stack([make_input(q, shape, dtype_name, op, seed) for q in range(P)])
+        return host(comm.scatter(HostArray(rows), root=root, algo=algo))
+    if collective == "gather":
+        return host(comm.gather(x, root=root, algo=algo))
+    return host(comm.allgather(x, algo=algo))
+
+
+def run_device_cases(comm, cases):
+    comm.barrier()
+    out = [run_device_case(comm, *case) for case in cases]
+    comm.synchronize()
+    return out
+
+
+def device_call_error(comm, method, kwargs_by_rank):
+    """Each rank calls method(**kwargs_by_rank[rank]) on HostArrays built from numpy
+    arrays; returns (exception type, message) or None."""
+    from shmcoll.cuda.host import HostArray
+    kwargs = {k: HostArray(v) if isinstance(v, np.ndarray) else v
+              for k, v in kwargs_by_rank[comm.rank].items()}
+    try:
+        getattr(comm, method)(**kwargs)
+    except Exception as e:  # noqa: BLE001 - the type is what the test checks
+        return type(e).__name__, str(e)
+    return None
+
+
+def device_setup_then_close(comm):
+    """Set the device buffers up, close, and report this rank's mappings left open."""
+    from shmcoll.cuda.host import HostArray
+    comm.allreduce(HostArray(np.ones(4, np.float32)))
+    backend = comm._device_path.backend
+    comm.close()
+    return len(backend._maps)
+
+
+def float_sum_random_device(comm, count, dtype_name, seed):
+    """Random floats summed one-shot, two-shot and by ring on device stand-ins."""
+    from shmcoll.cuda.host import HostArray
+    rng = np.random.default_rng([seed, comm.rank])
+    x = HostArray(rng.standard_normal(count).astype(dtype_name))
+    return [_forced_variant(comm, x, "one_shot"), _forced_variant(comm, x, "two_shot"),
+            comm.allreduce(x, algo="ring").host.copy()]
+
+
+def _forced_variant(comm, x, schedule):
+    """One direct AllReduce variant, forced (algo= names algorithms, not variants)."""
+    from shmcoll.cuda.host import HostArray
+    from shmcoll.cuda.path import DeviceArray
+    path = comm._device()
+    out = HostArray(np.empty(x.shape, x.dtype))
+    xa = DeviceArray(x, "x")
+    _, stream = path._begin("allreduce", xa, "sum", 0, "direct", xa.nbytes)
+    getattr(path.sched, schedule)(DeviceArray(out, "out"), xa, xa.dtype, "sum", stream)
+    return out.host.copy()
+
+
+def device_backend_error(comm):
+    """A device call's DeviceError message, or None if it ran."""
+    import shmcoll
+    from shmcoll.cuda.host import HostArray
+    try:
+        comm.allreduce(HostArray(np.ones(2, np.float32)))
+    except shmcoll.DeviceError as e:
+        return str(e)
+    return None
+
+
+def cpu_allreduce_imports(comm):
+    import sys
+    return float(comm.allreduce(np.ones(3)).sum()), "cupy" in sys.modules
+
+
+def device_algorithm_for(comm, queries):
+    """comm.algorithm_for(..., device=True) per (collective, nbytes, algo), or the error."""
+    out = []
+    for coll, nbytes, algo in queries:
+        try:
+            out.append(comm.algorithm_for(coll, nbytes, algo, device=True))
+        except ValueError as e:
+            out.append(f"ValueError: {e}")
+    return out

@@ -1,0 +1,244 @@
+"""The GPU path of a Communicator: argument checks, the algorithm decision, a host
+handshake, then one schedule (shmcoll.cuda.collectives) enqueued on the current stream.
+
+Every call first checks, on the host, that all ranks make the same call: one
+allgather of a small descriptor on the shared-memory engine, so a mismatch raises
+MismatchError on every rank and a dead peer PeerLostError, before any device work.
+The IPC buffers are set up at the first call (a collective step of its own).
+"""
+import numpy as np
+
+from shmcoll import calibration, selector
+from shmcoll.config import get
+from shmcoll.cuda import backend as backends
+from shmcoll.cuda import kernels
+from shmcoll.cuda.collectives import Schedules
+from shmcoll.errors import CommunicatorBrokenError, MismatchError
+from shmcoll.ops import ReduceOp, op_code
+
+# What the GPU path implements: {collective: {algorithm: (variant, ...)}}.
+VARIANTS = {
+    "allreduce": {"direct": ("one-shot", "two-shot"), "ring": ("ring",)},
+    "reduce_scatter": {"direct": ("direct",), "ring": ("ring",)},
+    "allgather": {"direct": ("direct",), "ring": ("ring",)},
+    "broadcast": {"direct": ("star",), "ring": ("chain",)},
+    "reduce": {"direct": ("star",)},
+    "gather": {"direct": ("star",)},
+    "scatter": {"direct": ("star",)},
+}
+_LABELS = [(c, a, v) for c, algs in VARIANTS.items() for a, vs in algs.items() for v in vs]
+_DESCRIPTOR = ("collective", "count", "dtype", "itemsize", "op", "root", "algorithm")
+
+
+def _c_strides(shape, itemsize):
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
+class DeviceArray:
+    """What the collectives need of an array exposing __cuda_array_interface__."""
+
+    def __init__(self, arr, what):
+        cai = arr.__cuda_array_interface__
+        self.arr = arr
+        self.shape = tuple(int(n) for n in cai["shape"])
+        self.dtype = np.dtype(arr.dtype) if hasattr(arr, "dtype") else np.dtype(cai["typestr"])
+        self.ptr, self.readonly = int(cai["data"][0]), bool(cai["data"][1])
+        self.count = int(np.prod(self.shape, dtype=np.int64))
+        self.nbytes = self.count * self.dtype.itemsize
+        strides = cai.get("strides")
+        if strides is not None and self.count > 1 and \
+                tuple(strides) != _c_strides(self.shape, self.dtype.itemsize):
+            raise ValueError(f"{what} must be a C-contiguous device array")
+
+
+class DevicePath:
+    """One per Communicator, created at its first call with a device array."""
+
+    def __init__(self, comm):
+        self.comm = comm
+        self.rank, self.world = comm.rank, comm.world_size
+        self.backend = backends.load()
+        half = int(get("SHMCOLL_CUDA_BUFFER_BYTES"))
+        if half < 4096:
+            raise ValueError("SHMCOLL_CUDA_BUFFER_BYTES must be at least 4096")
+        self.sched = Schedules(comm._engine, self.backend, half, comm._timeout)
+        self.model, self.model_source = calibration.model_for(
+            self.world, device=self.backend.identity().decode())
+        self._broken = None
+
+    # -- decisions and the handshake --------------------------------------------------
+    def decide(self, collective, nbytes, algo=None):
+        if algo is not None and not isinstance(algo, str):
+            raise ValueError(f"algo must be an algorithm name, 'auto' or None, got {algo!r}")
+        if self.world == 1 and algo in (None, "auto"):
+            algo = "direct"         # one rank: a copy; no ring to walk
+        return selector.decide(collective, self.world, nbytes, algo, self.model,
+                               self.comm._rules, VARIANTS[collective])
+
+    def algorithm_for(self, collective, nbytes, algo=None):
+        return self.decide(collective, nbytes, algo).candidate.label
+
+    def _begin(self, collective, x, op, root, algo, nbytes, count=None):
+        """Decides and agrees with every rank on the call (x's count, or `count`, and
+        dtype); returns (variant, stream)."""
+        if self._broken:
+            raise CommunicatorBrokenError(f"the communicator's device path failed earlier: "
+                                          f"{self._broken}")
+        self.backend.check()
+        cand = self.decide(collective, nbytes, algo).candidate
+        label = _LABELS.index((collective, cand.algorithm, cand.variant))
+        name = x.dtype.name.encode()[:8].ljust(8, b"\0")
+        mine = np.array([selector.ALL_COLLECTIVES.index(collective),
+                         x.count if count is None else count,
+                         int.from_bytes(name, "little", signed=True), x.dtype.itemsize,
+                         -1 if op is None else ReduceOp(op).code, root, label], dtype=np.int64)
+        everyone = self.comm._engine.allgather(mine, None)
+        for peer in range(self.world):
+            for i, field in enumerate(_DESCRIPTOR):
+                if everyone[peer, i] != mine[i]:
+                    self._broken = f"rank {peer} made another call ({field} differs)"
+                    raise MismatchError(
+                        f"device {collective}: rank {self.rank} and rank {peer} differ in "
+                        f"{field}: {mine[i]} vs {everyone[peer, i]}", field, (self.rank, peer))
+        try:
+            self.sched.ensure_buffers()
+        except BaseException as e:
+            self._broken = f"{type(e).__name__}: {e}"
+            raise
+        # One rank: whatever was named, a copy (a one-rank ring has no steps to run).
+        variant = VARIANTS[collective]["direct"][0] if self.world == 1 else cand.variant
+        return variant, self.backend.stream()
+
+    def _run(self, schedule, *args):
+        try:
+            schedule(*args)
+        except BaseException as e:
+            self._broken = f"{type(e).__name__}: {e}"
+            raise
+
+    # -- argument checks ------------------------------------------------------------
+    def _root(self, root):
+        if not 0 <= root < self.world:
+            raise ValueError(f"root must be in [0, {self.world}), got {root}")
+        return root
+
+    @staticmethod
+    def _op(x, op_code_):
+        op = ReduceOp.from_code(op_code_).value
+        if x.dtype.name not in kernels.C_TYPES:
+            raise TypeError(f"unsupported dtype {x.dtype} for a reduction on the device; "
+                            f"supported: {', '.join(kernels.C_TYPES)}")
+        if not kernels.supports(x.dtype.name, op):
+            raise ValueError(f"op {op!r} is not defined for dtype {x.dtype}")
+        return op
+
+    def _out(self, out, shape, dtype, what="out"):
+        if out is None:
+            return DeviceArray(self.backend.empty(shape, dtype), what)
+        o = DeviceArray(out, what)
+        if o.shape != tuple(shape) or o.dtype != dtype:
+            raise ValueError(f"{what} must have shape {tuple(shape)} and dtype {dtype}, "
+                             f"got {o.shape} {o.dtype}")
+        if o.readonly:
+            raise ValueError(f"{what} must be writeable")
+        return o
+
+    def _blocks(self, x):
+        if not x.shape or x.shape[0] % self.world:
+            raise ValueError(f"x.shape[0] must be divisible by the world size {self.world}, "
+                             f"got shape {x.shape}")
+        return (x.shape[0] // self.world,) + x.shape[1:]
+
+    # -- collectives ----------------------------------------------------------------
+    def allreduce(self, x, out, op, algo):
+        x = DeviceArray(x, "x")
+        op = self._op(x, op)
+        o = self._out(out, x.shape, x.dtype)
+        variant, stream = self._begin("allreduce", x, op, 0, algo, x.nbytes)
+        schedule = {"one-shot": self.sched.one_shot, "two-shot": self.sched.two_shot,
+                    "ring": self.sched.ring_allreduce}[variant]
+        self._run(schedule, o, x, x.dtype, op, stream)
+        return o.arr
+
+    def reduce(self, x, out, op, root, algo):
+        x = DeviceArray(x, "x")
+        op, root = self._op(x, op), self._root(root)
+        o = self._out(out, x.shape, x.dtype) if self.rank == root else None
+        variant, stream = self._begin("reduce", x, op, root, algo, x.nbytes)
+        self._run(self.sched.reduce_star, o, x, x.dtype, op, root, stream)
+        return o.arr if o else None
+
+    def reduce_scatter(self, x, out, op, algo):
+        x = DeviceArray(x, "x")
+        op = self._op(x, op)
+        o = self._out(out, self._blocks(x), x.dtype)
+        variant, stream = self._begin("reduce_scatter", x, op, 0, algo, x.nbytes)
+        schedule = self.sched.reduce_scatter_ring if variant == "ring" else \
+            self.sched.reduce_scatter_direct
+        self._run(schedule, o, x, x.dtype, op, stream)
+        return o.arr
+
+    def allgather(self, x, out, algo):
+        x = DeviceArray(x, "x")
+        o = self._out(out, (self.world,) + x.shape, x.dtype)
+        variant, stream = self._begin("allgather", x, None, 0, algo, o.nbytes)
+        schedule = self.sched.allgather_ring if variant == "ring" else self.sched.allgather_direct
+        self._run(schedule, o, x, x.dtype, stream)
+        return o.arr
+
+    def gather(self, x, out, root, algo):
+        x = DeviceArray(x, "x")
+        root = self._root(root)
+        o = self._out(out, (self.world,) + x.shape, x.dtype) if self.rank == root else None
+        variant, stream = self._begin("gather", x, None, root, algo, x.nbytes * self.world)
+        self._run(self.sched.gather_star, o, x, root, stream)
+        return o.arr if o else None
+
+    def scatter(self, x, out, root, algo):
+        root = self._root(root)
+        if self.rank == root or (x is not None and out is None):
+            src = DeviceArray(x, "x")
+            if not src.shape or src.shape[0] != self.world:
+                raise ValueError(f"scatter's x must have shape (world_size={self.world}, ...), "
+                                 f"got {src.shape}")
+            block, dtype = src.shape[1:], src.dtype
+        else:
+            o = DeviceArray(out, "out")
+            src, block, dtype = None, o.shape, o.dtype
+        o = self._out(out, block, dtype)
+        # every rank describes the root's x
+        variant, stream = self._begin("scatter", o, None, root, algo, o.nbytes * self.world,
+                                      count=o.count * self.world)
+        self._run(self.sched.scatter_star, o, src.ptr if self.rank == root else 0, root, stream)
+        return o.arr
+
+    def broadcast(self, x, root, algo):
+        arr = x
+        x = DeviceArray(x, "x")
+        root = self._root(root)
+        if x.readonly:
+            raise ValueError("x must be writeable (broadcast is in place)")
+        variant, stream = self._begin("broadcast", x, None, root, algo, x.nbytes)
+        schedule = self.sched.broadcast_chain if variant == "chain" else self.sched.broadcast_star
+        self._run(schedule, x, root, stream)
+        return arr
+
+    # -- lifecycle ------------------------------------------------------------------
+    def synchronize(self):
+        """Wait for this rank's enqueued collectives; raise what a device wait recorded."""
+        self.backend.synchronize(self.backend.stream())
+
+    def close(self, failed=False):
+        if self.sched.buffers is None:
+            return
+        if not failed:
+            try:
+                self.synchronize()
+            except Exception:
+                failed = True
+        self.sched.buffers.close(failed=failed or bool(self._broken))
+        self.sched.buffers = None
