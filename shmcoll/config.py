@@ -59,6 +59,12 @@ SETTINGS = {s.name: s for s in (
     Setting("SHMCOLL_CUDA_BUFFER_BYTES", int, 32 << 20,
             "Device arrays: bytes of each rank's CUDA IPC staging buffer (it holds two "
             "halves of this size); larger messages go through it in pieces."),
+    Setting("SHMCOLL_CUDA_SYNC", str, "auto",
+            "Device arrays: how ranks wait for each other.  'device': flag words in GPU "
+            "memory, spun on by a kernel (nothing blocks the host); 'host': the stream is "
+            "synchronised and the ranks meet in the shared-memory engine (no kernel spins "
+            "while another process needs the GPU); 'auto': host when all ranks share one "
+            "GPU, device otherwise."),
     Setting("SHMCOLL_CUDA_BACKEND", str, "cupy",
             "Device arrays: 'cupy' (CUDA IPC through CuPy), or 'host', a stand-in that keeps "
             "\"device\" buffers in host shared memory, for testing the GPU path without a GPU."),

@@ -42,8 +42,10 @@ def device_cases(P):
     return cases
 
 
+@pytest.mark.parametrize("sync", ["device", "host"])
 @pytest.mark.parametrize("P", [1, 2, 3, 4, 8])
-def test_every_device_schedule_against_numpy(P):
+def test_every_device_schedule_against_numpy(P, sync, monkeypatch):
+    monkeypatch.setenv("SHMCOLL_CUDA_SYNC", sync)
     cases = device_cases(P)
     got = shmcoll.launch(workers.run_device_cases, P, args=(cases,), timeout=600)
     bad = []

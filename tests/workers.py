@@ -337,15 +337,25 @@ def two_decisions(comm):
     comm.broadcast(np.ones(3))
 
 
-def run_device_case(comm, collective, shape, dtype_name, op, inplace, algo=None, seed=0, root=0):
-    """run_case on stand-in device arrays (shmcoll.cuda.host.HostArray, the GPU path
-    with SHMCOLL_CUDA_BACKEND=host); returns numpy results like run_case."""
+def device_arrays(kind):
+    """(to_device, to_host) for stand-in ('host') or CuPy ('cupy') device arrays."""
+    if kind == "cupy":
+        import cupy
+        return cupy.asarray, cupy.asnumpy
     from shmcoll.cuda.host import HostArray
+    return HostArray, lambda a: a.host.copy()
+
+
+def run_device_case(comm, collective, shape, dtype_name, op, inplace, algo=None, seed=0, root=0,
+                    kind="host"):
+    """run_case on device arrays (stand-ins with SHMCOLL_CUDA_BACKEND=host, or CuPy);
+    returns numpy results like run_case."""
+    dev, to_host = device_arrays(kind)
     P, r = comm.world_size, comm.rank
-    x = HostArray(make_input(r, shape, dtype_name, op, seed))
+    x = dev(make_input(r, shape, dtype_name, op, seed))
 
     def host(a):
-        return None if a is None else a.host.copy()
+        return None if a is None else to_host(a)
     if collective == "allreduce":
         return host(comm.allreduce(x, out=x if inplace else None, op=op, algo=algo))
     if collective == "reduce":
@@ -353,22 +363,23 @@ def run_device_case(comm, collective, shape, dtype_name, op, inplace, algo=None,
     if collective == "reduce_scatter":
         return host(comm.reduce_scatter(x, op=op, algo=algo))
     if collective == "broadcast":
-        buf = make_input(root, shape, dtype_name, op, seed) if r == root else np.zeros(shape, x.dtype)
-        return host(comm.broadcast(HostArray(buf), root=root, algo=algo))
+        buf = make_input(root, shape, dtype_name, op, seed) if r == root else \
+            np.zeros(shape, dtype_of(dtype_name))
+        return host(comm.broadcast(dev(buf), root=root, algo=algo))
     if collective == "scatter":
         if r != root:
-            out = HostArray(np.empty(shape, dtype_of(dtype_name)))
+            out = dev(np.empty(shape, dtype_of(dtype_name)))
             return host(comm.scatter(None, out=out, root=root, algo=algo))
         rows = np.stack([make_input(q, shape, dtype_name, op, seed) for q in range(P)])
-        return host(comm.scatter(HostArray(rows), root=root, algo=algo))
+        return host(comm.scatter(dev(rows), root=root, algo=algo))
     if collective == "gather":
         return host(comm.gather(x, root=root, algo=algo))
     return host(comm.allgather(x, algo=algo))
 
 
-def run_device_cases(comm, cases):
+def run_device_cases(comm, cases, kind="host"):
     comm.barrier()
-    out = [run_device_case(comm, *case) for case in cases]
+    out = [run_device_case(comm, *case, kind=kind) for case in cases]
     comm.synchronize()
     return out
 
@@ -441,3 +452,33 @@ def device_algorithm_for(comm, queries):
         except ValueError as e:
             out.append(f"ValueError: {e}")
     return out
+
+
+def cupy_large_allreduce(comm, nbytes):
+    """Every algorithm on nbytes of float32 on the GPU; (wrong elements, digest)."""
+    import cupy
+    import hashlib
+    count = nbytes // 4
+    x = cupy.full(count, comm.rank + 1, dtype=cupy.float32)
+    wrong, digest = 0, hashlib.sha1()
+    P = comm.world_size
+    for algo in ("direct", "ring", None):
+        y = comm.allreduce(x, algo=algo)
+        wrong += int(cupy.count_nonzero(y != P * (P + 1) // 2))
+        digest.update(cupy.asnumpy(y[:1024]).tobytes())
+    comm.synchronize()
+    return wrong, digest.hexdigest()
+
+
+def cupy_stream_order(comm):
+    """A collective on a non-default stream sees the kernel enqueued before it there."""
+    import cupy
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        x = cupy.zeros(1 << 20, cupy.float32)
+        cupy.cuda.runtime.streamSynchronize(stream.ptr)
+        x += comm.rank + 1            # enqueued on `stream`, before the allreduce
+        y = comm.allreduce(x)
+        ok = bool((y == comm.world_size * (comm.world_size + 1) // 2).all())
+    comm.synchronize()
+    return ok

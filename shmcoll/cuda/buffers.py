@@ -35,6 +35,7 @@ class PeerBuffers:
         self.rank, self.world = engine.rank, engine.world_size
         self.data = [0] * self.world
         self.flags = [0] * self.world
+        self.one_device = False     # every rank on the same GPU
         self._opened = []
         self.data[self.rank] = backend.malloc(2 * half)
         try:
@@ -67,6 +68,8 @@ class PeerBuffers:
                     self.flags[peer] = self._open(flags_h)
                 except ShmcollError:
                     status = _OPEN_FAILED
+        identities = {_RECORD.unpack(records[r].tobytes())[2] for r in range(self.world)}
+        self.one_device = len(identities) == 1
         verdict = self.engine.allgather(np.array([status], dtype=np.uint8), None)
         failed = [(r, int(s)) for r, s in enumerate(verdict.ravel()) if s != _OK]
         if failed:

@@ -46,26 +46,42 @@ class Schedules:
         self.engine, self.backend, self.half, self.timeout = engine, backend, half, timeout
         self.rank, self.world = engine.rank, engine.world_size
         self.buffers = None
+        # Ranks meet on the host (stream synchronised, then the engine's barrier) instead
+        # of spinning kernels: processes sharing one GPU are time-sliced, and a kernel
+        # waiting for another process's kernel would hold the GPU that one needs.
+        self.host_sync = False
         self._sent = np.zeros((KINDS, self.world), np.uint64)
         self._seen = np.zeros((KINDS, self.world), np.uint64)
         self._barriers = 0
 
-    def ensure_buffers(self):
+    def ensure_buffers(self, sync="auto"):
         if self.buffers is None:
             self.buffers = PeerBuffers(self.engine, self.backend, self.half)
+            self.host_sync = sync == "host" or (sync == "auto" and self.buffers.one_device)
 
     # -- synchronisation ------------------------------------------------------------
     def _barrier(self, stream):
+        if self.host_sync:
+            self.backend.synchronize(stream)
+            self.engine.barrier()
+            return
         self._barriers += 1
         self.backend.sync(self.buffers.flag_table, self.rank, self.world, BARRIER, -1,
                           self._barriers, self._barriers, self.timeout, stream)
 
     def _signal(self, peer, stream):
+        """Tell `peer` our data is ready.  Host sync: nothing; the matching _wait is a
+        barrier (every ring step is a step of all ranks)."""
+        if self.host_sync:
+            return
         self._sent[READY, peer] += 1
         self.backend.sync(self.buffers.flag_table, self.rank, self.world, READY, peer,
                           int(self._sent[READY, peer]), 0, self.timeout, stream)
 
     def _wait(self, peer, stream):
+        if self.host_sync:
+            self._barrier(stream)
+            return
         self._seen[READY, peer] += 1
         self.backend.sync(self.buffers.flag_table, self.rank, self.world, READY, peer,
                           0, int(self._seen[READY, peer]), self.timeout, stream)
@@ -198,6 +214,8 @@ class Schedules:
             self._barrier(stream)
 
     def broadcast_chain(self, x, root, stream):
+        if self.host_sync:      # a chain's ranks wait unequally: no all-rank steps
+            return self.broadcast_star(x, root, stream)
         b, be, P, me = self.buffers, self.backend, self.world, self.rank
         left, right = (me - 1) % P, (me + 1) % P
         position = (me - root) % P

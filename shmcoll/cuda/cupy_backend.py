@@ -9,6 +9,7 @@ from shmcoll.errors import DeviceError, TimeoutError
 _IPC_LAZY_ENABLE_PEER_ACCESS = 1        # cudaIpcMemLazyEnablePeerAccess
 _HOST_ALLOC_MAPPED = 2                  # cudaHostAllocMapped
 _MEMCPY_DEFAULT = 4                     # cudaMemcpyDefault: unified addressing decides
+_MULTIPROCESSOR_COUNT = 16            # cudaDevAttrMultiProcessorCount
 _THREADS = 256
 _OPTIONS = ("--std=c++14",)
 
@@ -26,11 +27,10 @@ class CupyBackend:
         self.rt = cupy.cuda.runtime
         try:
             self.device = self.rt.getDevice()
-            props = self.rt.getDeviceProperties(self.device)
+            self._sms = self.rt.deviceGetAttribute(_MULTIPROCESSOR_COUNT, self.device)
+            self._pci = self.rt.deviceGetPCIBusId(self.device)
         except Exception as e:  # CUDA driver or device missing
             raise DeviceError(f"no usable CUDA device: {e}") from None
-        self._sms = props["multiProcessorCount"]
-        self._pci = f"{props['pciDomainID']:04x}:{props['pciBusID']:02x}:{props['pciDeviceID']:02x}.0"
         self._modules = {}
         self._sync = cupy.RawModule(code=kernels.source(), options=_OPTIONS).get_function(kernels.SYNC)
         # The wait kernel reports a timeout here: pinned, mapped host memory, which the

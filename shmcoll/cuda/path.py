@@ -66,6 +66,9 @@ class DevicePath:
         if half < 4096:
             raise ValueError("SHMCOLL_CUDA_BUFFER_BYTES must be at least 4096")
         self.sched = Schedules(comm._engine, self.backend, half, comm._timeout)
+        self.sync = str(get("SHMCOLL_CUDA_SYNC")).lower()
+        if self.sync not in ("auto", "device", "host"):
+            raise ValueError(f"SHMCOLL_CUDA_SYNC={self.sync!r}: expected auto, device or host")
         self.model, self.model_source = calibration.model_for(
             self.world, device=self.backend.identity().decode())
         self._broken = None
@@ -105,7 +108,7 @@ class DevicePath:
                         f"device {collective}: rank {self.rank} and rank {peer} differ in "
                         f"{field}: {mine[i]} vs {everyone[peer, i]}", field, (self.rank, peer))
         try:
-            self.sched.ensure_buffers()
+            self.sched.ensure_buffers(self.sync)
         except BaseException as e:
             self._broken = f"{type(e).__name__}: {e}"
             raise
