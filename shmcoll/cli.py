@@ -34,6 +34,8 @@ def _add_perf_args(p):
     p.add_argument("--plot", default=None, metavar="FILE.png",
                    help="busbw against size per algorithm, modelled crossovers marked "
                         "(needs matplotlib: pip install 'shmcoll[plot]')")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cuda: time device arrays through the CUDA IPC path (needs CuPy)")
     p.add_argument("-c", "--check", type=int, choices=(0, 1), default=1)
     p.add_argument("--json", default=None, metavar="FILE", help="also write the rows as JSON")
 
@@ -76,6 +78,15 @@ def _validate_perf(parser, opts):
         except ImportError:
             parser.error("--plot needs matplotlib, which is not installed "
                          "(pip install matplotlib, or pip install 'shmcoll[plot]')")
+    if opts.device == "cuda":
+        from shmcoll.cuda import array_converters
+        from shmcoll.errors import DeviceError
+        try:
+            array_converters()
+        except DeviceError as e:
+            parser.error(f"--device cuda: {e}")
+        if opts.bind:
+            parser.error("--device cuda: --bind pins CPU ranks; leave it out")
     if opts.dtype == "bfloat16":
         import ml_dtypes
         opts.dtype = np.dtype(ml_dtypes.bfloat16)

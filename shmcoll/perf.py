@@ -58,6 +58,7 @@ def time_calls(comm, call, iters, warmup):
     t0 = time.perf_counter()
     for _ in range(iters):
         call()
+    comm.synchronize()      # device arrays: until the GPU has finished them
     mean = (time.perf_counter() - t0) / max(iters, 1)
     return float(comm.allgather(np.array([mean]))[:, 0].max())
 
@@ -143,8 +144,9 @@ class Row:
 class Case:
     """One collective at one size on this rank: buffers, the call, and its check."""
 
-    def __init__(self, comm, collective, nbytes, dtype, op, algo, root=0):
+    def __init__(self, comm, collective, nbytes, dtype, op, algo, root=0, device=False):
         self.comm, self.collective, self.op, self.algo = comm, collective, op, algo
+        self.device = device
         P, itemsize = comm.world_size, np.dtype(dtype).itemsize
         count = nbytes // itemsize
         if collective in BLOCKED:
@@ -157,21 +159,27 @@ class Case:
             "allgather": ((block,), (P, block)), "gather": ((block,), (P, block)),
             "scatter": ((P, block), (block,)),
         }[collective]
-        self.x = np.empty(shapes[0], dtype)
-        self.out = np.empty(shapes[1], dtype) if shapes[1] else None
+        self.host_x = np.empty(shapes[0], dtype)
+        self.host_out = np.empty(shapes[1], dtype) if shapes[1] else None
         self.fill()
 
     def fill(self):
         """This rank's inputs: rank_input(r) (broadcast: the root's; scatter: row q is
         rank q's block)."""
-        r = self.comm.rank
+        r, x = self.comm.rank, self.host_x
         if self.collective == "scatter":
             for q in range(self.comm.world_size):
-                fill_input(self.x[q], q)
+                fill_input(x[q], q)
         elif self.collective == "broadcast":
-            fill_input(self.x, self.root) if r == self.root else self.x.fill(0)
+            fill_input(x, self.root) if r == self.root else x.fill(0)
         else:
-            fill_input(self.x, r)
+            fill_input(x, r)
+        self.x, self.out = self.host_x, self.host_out
+        if self.device:         # device copies of the inputs (perf --device cuda)
+            from shmcoll.cuda import array_converters
+            to_device, self.to_host = array_converters()
+            self.x = to_device(self.host_x)
+            self.out = None if self.host_out is None else to_device(self.host_out)
 
     @property
     def nbytes(self):
@@ -231,22 +239,23 @@ class Case:
         expected = self._expected()
         wrong = 0
         if expected is not None:
-            got = got.reshape(-1)
+            got = (self.to_host(got) if self.device else got).reshape(-1)
             blocks, expect = expected
             wrong = sum(count_wrong(got[s:s + n], expect(s, n)) for s, n in blocks)
         self.fill()
         return wrong
 
 
-def run_size(comm, collective, nbytes, dtype, op, algo, iters, warmup, check, inplace, root=0):
-    case = Case(comm, collective, nbytes, dtype, op, algo, root)
+def run_size(comm, collective, nbytes, dtype, op, algo, iters, warmup, check, inplace, root=0,
+             device=False):
+    case = Case(comm, collective, nbytes, dtype, op, algo, root, device)
     n = iters or auto_iters(case.nbytes)
     w = warmup if warmup >= 0 else max(2, n // 10)
     seconds = time_calls(comm, case.call(inplace), n, w)
     wrong = case.check(inplace) if check else 0
     wrong = int(comm.allreduce(np.array([wrong], np.int64))[0])
     algbw = case.nbytes / seconds / 1e9 if seconds > 0 else 0.0
-    chosen = comm.algorithm_for(collective, case.nbytes, algo)
+    chosen = comm.algorithm_for(collective, case.nbytes, algo, device=device)
     return Row(collective, comm.world_size, case.nbytes, case.count, str(case.dtype),
                op if collective in REDUCING else "none", chosen, inplace, seconds * 1e6,
                algbw, algbw * bus_factor(collective, comm.world_size), wrong)
@@ -261,7 +270,8 @@ def header(opts, algo):
         f"# shmcoll perf {opts.collective}: nranks {opts.np}  minBytes {opts.minbytes}  "
         f"maxBytes {opts.maxbytes}  step factor {opts.factor:g}  iters {opts.iters or 'auto'}  "
         f"warmup {opts.warmup if opts.warmup >= 0 else 'auto'}  check {int(opts.check)}  "
-        f"dtype {opts.dtype}  op {opts.op}  algo {algo or 'auto'}{root}",
+        f"dtype {opts.dtype}  op {opts.op}  algo {algo or 'auto'}{root}"
+        f"{'  device cuda' if getattr(opts, 'device', 'cpu') == 'cuda' else ''}",
         "#",
         f"# {'':>38}{'out-of-place':>27}{'in-place':>35}",
         f"# {'size':>10} {'count':>12} {'type':>9} {'redop':>6} {'time':>9} {'algbw':>7} "
@@ -311,7 +321,11 @@ def _progress(done, total, what):
 def sweep_worker(comm, opts):
     """Runs on every rank; rank 0 prints as it goes.  Returns rows (rank 0) or None."""
     from shmcoll.selector import algorithms_for
+    device = getattr(opts, "device", "cpu") == "cuda"
     algos = algorithms_for(opts.collective) if opts.algo == "all" else [opts.algo]
+    if device and opts.algo == "all":
+        from shmcoll.cuda.path import VARIANTS
+        algos = list(VARIANTS[opts.collective])
     sizes = size_sweep(opts.minbytes, opts.maxbytes, opts.factor)
     rows, by_algo, lead = [], {}, comm.rank == 0
     for algo in algos:
@@ -320,7 +334,7 @@ def sweep_worker(comm, opts):
         block = []
         for k, nbytes in enumerate(sizes):
             pair = [run_size(comm, opts.collective, nbytes, opts.dtype, opts.op, algo,
-                             opts.iters, opts.warmup, opts.check, inplace, opts.root)
+                             opts.iters, opts.warmup, opts.check, inplace, opts.root, device)
                     for inplace in (False, True)]
             block.extend(pair)
             if lead:
@@ -331,7 +345,8 @@ def sweep_worker(comm, opts):
         rows.extend(block)
         by_algo[algo or "auto"] = block
     if lead and len(algos) > 1:
-        print(comparison(by_algo, lambda n: comm.algorithm_for(opts.collective, _sized(comm, opts, n))),
+        print(comparison(by_algo, lambda n: comm.algorithm_for(opts.collective, _sized(comm, opts, n),
+                                                               device=device)),
               flush=True)
     return rows if lead else None
 

@@ -173,3 +173,22 @@ def test_a_device_wait_gives_up_at_its_deadline():
     finally:
         for f in flags:
             be.free(f)
+
+
+def test_perf_device_cuda_runs_the_gpu_path_and_checks_results():
+    from procs import run
+    res = run("-m", "shmcoll", "perf", "allgather", "--device", "cuda", "-np", "3", "-b", "8",
+              "-e", "64K", "-f", "64", "--algo", "all", timeout=300, **ENV)
+    assert res.returncode == 0, res.stderr
+    assert "device cuda" in res.stdout and "auto picks" in res.stdout
+    res = run("-m", "shmcoll", "perf", "allreduce", "--device", "cuda", "-np", "2", "-e", "4K",
+              "-f", "8", "-d", "float16", timeout=300, **ENV)
+    assert res.returncode == 0, res.stderr
+    lines = [l for l in res.stdout.splitlines() if l.strip() and not l.startswith("#")]
+    assert lines and all(l.split()[7] == "0" and l.split()[11] == "0" for l in lines)
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        res = run("-m", "shmcoll", "perf", "allreduce", "--device", "cuda", timeout=60,
+                  SHMCOLL_CUDA_BACKEND="cupy")
+        assert res.returncode == 2 and "CuPy" in res.stderr

@@ -13,3 +13,18 @@ _NDARRAY = np.ndarray
 def is_device_array(x):
     """True for arrays in GPU memory (they expose __cuda_array_interface__)."""
     return type(x) is not _NDARRAY and x is not None and hasattr(x, "__cuda_array_interface__")
+
+
+def array_converters():
+    """(to_device, to_host) for the configured backend: CuPy's, or the host stand-in's
+    (SHMCOLL_CUDA_BACKEND=host), for tools that fill and check device arrays."""
+    from shmcoll.config import get
+    if get("SHMCOLL_CUDA_BACKEND") == "host":
+        from shmcoll.cuda.host import HostArray
+        return HostArray, lambda a: a.host.copy()
+    try:
+        import cupy
+    except ImportError:
+        from shmcoll.errors import DeviceError
+        raise DeviceError("device arrays need CuPy: pip install 'shmcoll[cuda]'") from None
+    return cupy.asarray, cupy.asnumpy

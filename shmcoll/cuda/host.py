@@ -44,6 +44,13 @@ class HostArray:
     def get(self):
         return self.host.copy()
 
+    def __getitem__(self, index):
+        """A view (for contiguous selections, as perf's in-place cases use)."""
+        return HostArray(self.host[index])
+
+    def __setitem__(self, index, value):
+        self.host[index] = value.host if isinstance(value, HostArray) else value
+
 
 def _view(ptr, nbytes, dtype):
     return np.frombuffer((ctypes.c_char * nbytes).from_address(ptr), dtype=dtype)
@@ -138,6 +145,7 @@ class HostBackend:
         for row in range(height):
             self.copy(dst + row * dpitch, src + row * spitch, width, stream)
 
+    @np.errstate(over="ignore", invalid="ignore")
     def reduce(self, out, table, nsrc, offset, count, dtype, op, world, stream):
         size = count * dtype.itemsize
         acc_t = _acc_dtype(dtype)
@@ -146,6 +154,7 @@ class HostBackend:
             acc = _UFUNCS[op](acc, _view(table[r] + offset, size, dtype).astype(acc_t))
         _view(out, size, dtype)[:] = _finish(acc, op, world).astype(dtype)
 
+    @np.errstate(over="ignore", invalid="ignore")
     def combine(self, out, a, b, count, dtype, op, partial_is_acc, last, world, stream):
         acc_t = _acc_dtype(dtype)
         left = _view(a, count * (acc_t if partial_is_acc else dtype).itemsize,
