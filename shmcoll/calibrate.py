@@ -24,25 +24,34 @@ QUICK_SIZES = (64, 16 << 10, 1 << 20)
 REPEATS = 3       # timings per point; the median is kept (a 2-core VM is bimodal)
 
 
-def measure(comm, sizes, budget_s):
-    """Every rank: [(collective, algorithm, variant, nbytes, seconds)] for all pairs."""
+def _pairs(device):
+    """(collective, algorithm) pairs to measure: all, or those of the GPU path."""
+    if device:
+        from shmcoll.cuda.path import VARIANTS
+        return [(c, a) for c in COLLECTIVES for a in VARIANTS[c]]
+    return [(c, name) for c in COLLECTIVES for name, alg in REGISTRY.items()
+            if c in alg.COLLECTIVES]
+
+
+def measure(comm, sizes, budget_s, device=False):
+    """Every rank: [(collective, algorithm, variant, nbytes, seconds)] for all pairs
+    (device=True: on device arrays, through the GPU path)."""
     from shmcoll.perf import Case, time_calls
+    decide = comm._device().decide if device else comm._decide
     rows = []
-    for coll in COLLECTIVES:
-        for name, alg in REGISTRY.items():
-            if coll not in alg.COLLECTIVES:
-                continue
-            for nbytes in sizes:
-                case = Case(comm, coll, nbytes, np.float32, "sum", name)
-                call = case.call(False)
-                t0 = time.perf_counter()
-                call()
-                once = comm.allreduce(np.array([time.perf_counter() - t0]), op="max")[0]
-                iters = int(max(3, min(2000, budget_s / REPEATS / max(once, 1e-7))))
-                seconds = float(np.median([time_calls(comm, call, iters, max(1, iters // 10))
-                                           for _ in range(REPEATS)]))
-                variant = comm._decide(coll, case.nbytes, name).candidate.variant
-                rows.append((coll, name, variant, case.nbytes, seconds))
+    for coll, name in _pairs(device):
+        for nbytes in sizes:
+            case = Case(comm, coll, nbytes, np.float32, "sum", name, device=device)
+            call = case.call(False)
+            t0 = time.perf_counter()
+            call()
+            comm.synchronize()
+            once = comm.allreduce(np.array([time.perf_counter() - t0]), op="max")[0]
+            iters = int(max(3, min(2000, budget_s / REPEATS / max(once, 1e-7))))
+            seconds = float(np.median([time_calls(comm, call, iters, max(1, iters // 10))
+                                       for _ in range(REPEATS)]))
+            variant = decide(coll, case.nbytes, name).candidate.variant
+            rows.append((coll, name, variant, case.nbytes, seconds))
     return rows
 
 
@@ -113,6 +122,8 @@ def fit_all(rows, world):
             for coll in COLLECTIVES if any(r[0] == coll for r in rows)}
 
 
-def calibrate_worker(comm, sizes, budget_s):
-    rows = measure(comm, sizes, budget_s)
-    return rows if comm.rank == 0 else None
+def calibrate_worker(comm, sizes, budget_s, device=False):
+    """Rank 0: (rows, the GPU's name for the calibration key, or None)."""
+    rows = measure(comm, sizes, budget_s, device)
+    gpu = comm._device().backend.identity().decode() if device else None
+    return (rows, gpu) if comm.rank == 0 else None

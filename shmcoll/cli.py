@@ -133,14 +133,26 @@ def _calibrate(argv):
                    help="world sizes to calibrate (default: 2 4)")
     p.add_argument("--quick", action="store_true", help="fewer sizes and shorter timings")
     p.add_argument("--dry-run", action="store_true", help="measure and print, do not save")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cuda: calibrate the GPU path (device arrays; stored per GPU)")
     opts = p.parse_args(argv)
     if any(w < 2 for w in opts.worlds):
         p.error("world sizes must be >= 2 (one rank has nothing to calibrate)")
+    device = opts.device == "cuda"
+    variants = None
+    if device:
+        from shmcoll.cuda import array_converters
+        from shmcoll.cuda.path import VARIANTS as variants
+        from shmcoll.errors import DeviceError
+        try:
+            array_converters()
+        except DeviceError as e:
+            p.error(f"--device cuda: {e}")
     sizes = calibrate.QUICK_SIZES if opts.quick else calibrate.SIZES
     budget = 0.02 if opts.quick else 0.1
     for world in opts.worlds:
         print(f"# calibrating {world} ranks ({len(sizes)} sizes per algorithm)...", flush=True)
-        rows = launch(calibrate.calibrate_worker, world, args=(sizes, budget))[0]
+        rows, gpu = launch(calibrate.calibrate_worker, world, args=(sizes, budget, device))[0]
         fits = calibrate.fit_all(rows, world)
         print(f"  {'collective':<15} {'alpha us':>8} {'o us':>6} {'beta GB/s':>9} "
               f"{'gamma GB/s':>10} {'rms err':>7}  setup us")
@@ -148,11 +160,11 @@ def _calibrate(argv):
             setup = " ".join(f"{a}={v * 1e6:.2f}" for a, v in m.setup if v)
             print(f"  {coll:<15} {m.alpha * 1e6:>8.3f} {m.overhead * 1e6:>6.3f} "
                   f"{_gbs(m.beta):>9} {_gbs(m.gamma):>10} {err:>7.1%}  {setup}")
-        models = Models(calibration.default_model(world).default,
-                        tuple(sorted((c, m) for c, (m, _) in fits.items())))
-        print(f"  decisions: {selector.describe(world, models)}")
+        base = calibration.DEVICE_DEFAULT if device else calibration.default_model(world)
+        models = Models(base.default, tuple(sorted((c, m) for c, (m, _) in fits.items())))
+        print(f"  decisions: {selector.describe(world, models, variants=variants)}")
         if not opts.dry_run:
-            path = calibration.save(world, fits, {"measurements": len(rows)})
+            path = calibration.save(world, fits, {"measurements": len(rows)}, device=gpu)
             print(f"  saved to {path}")
     return 0
 

@@ -107,9 +107,9 @@ def decide(collective, world, nbytes, algo=None, model=None, rules=None, variant
     return Decision(table[algo], reason, table)
 
 
-def choose(collective, world, nbytes, algo=None, model=None, rules=None):
+def choose(collective, world, nbytes, algo=None, model=None, rules=None, variants=None):
     """The name of the algorithm that runs (see decide)."""
-    return decide(collective, world, nbytes, algo, model, rules).candidate.algorithm
+    return decide(collective, world, nbytes, algo, model, rules, variants).candidate.algorithm
 
 
 def code(collective, world, nbytes, algo=None, model=None, rules=None):
@@ -207,37 +207,40 @@ def format_rules(rules):
     return ";".join((f"{c}:" if c else "") + ",".join(entries[c]) for c in order)
 
 
-def describe(world, model=None, collectives=ALL_COLLECTIVES, max_bytes=1 << 40):
+def describe(world, model=None, collectives=ALL_COLLECTIVES, max_bytes=1 << 40, variants=None):
     """The cost model's decisions for `world` ranks as override rules: one entry per
-    collective, each size range with its algorithm (crossovers found exactly)."""
+    collective, each size range with its algorithm (crossovers found exactly).
+    `variants`: {collective: {algorithm: (variant, ...)}} of a path (the GPU's)."""
     if model is None:
         from shmcoll.calibration import model_for
         model = model_for(world)[0]
     rules = []
     for coll in collectives:
+        pick = (lambda n, c=coll: choose(c, world, n, model=model,
+                                         variants=variants[c] if variants else None))
         lo = 0
-        current = choose(coll, world, 0, model=model)
+        current = pick(0)
         while True:
-            nxt = _next_change(coll, world, lo, current, model, max_bytes)
+            nxt = _next_change(pick, lo, current, max_bytes)
             if nxt is None:
                 rules.append(Rule(coll, current, lo, None))
                 break
             rules.append(Rule(coll, current, lo, nxt - 1))
-            lo, current = nxt, choose(coll, world, nxt, model=model)
+            lo, current = nxt, pick(nxt)
     return Rules(rules)
 
 
-def _next_change(coll, world, lo, current, model, max_bytes):
-    """The smallest n > lo where the choice differs from `current` (None: never)."""
+def _next_change(pick, lo, current, max_bytes):
+    """The smallest n > lo where pick(n) differs from `current` (None: never)."""
     hi = max(lo, 1)
-    while choose(coll, world, hi, model=model) == current:
+    while pick(hi) == current:
         if hi >= max_bytes:
             return None
         hi *= 2
     low = lo      # choice(low) == current, choice(hi) != current
     while hi - low > 1:
         mid = (low + hi) // 2
-        if choose(coll, world, mid, model=model) == current:
+        if pick(mid) == current:
             low = mid
         else:
             hi = mid

@@ -72,6 +72,7 @@ class DevicePath:
         self.model, self.model_source = calibration.model_for(
             self.world, device=self.backend.identity().decode())
         self._broken = None
+        self._decisions = {}        # (collective, nbytes, algo) -> Candidate
 
     # -- decisions and the handshake --------------------------------------------------
     def decide(self, collective, nbytes, algo=None):
@@ -92,7 +93,13 @@ class DevicePath:
             raise CommunicatorBrokenError(f"the communicator's device path failed earlier: "
                                           f"{self._broken}")
         self.backend.check()
-        cand = self.decide(collective, nbytes, algo).candidate
+        key = (collective, nbytes, algo)
+        cand = self._decisions.get(key)
+        if cand is None:
+            cand = self.decide(collective, nbytes, algo).candidate
+            if len(self._decisions) > 4096:
+                self._decisions.clear()
+            self._decisions[key] = cand
         label = _LABELS.index((collective, cand.algorithm, cand.variant))
         name = x.dtype.name.encode()[:8].ljust(8, b"\0")
         mine = np.array([selector.ALL_COLLECTIVES.index(collective),
@@ -100,13 +107,14 @@ class DevicePath:
                          int.from_bytes(name, "little", signed=True), x.dtype.itemsize,
                          -1 if op is None else ReduceOp(op).code, root, label], dtype=np.int64)
         everyone = self.comm._engine.allgather(mine, None)
-        for peer in range(self.world):
-            for i, field in enumerate(_DESCRIPTOR):
-                if everyone[peer, i] != mine[i]:
-                    self._broken = f"rank {peer} made another call ({field} differs)"
-                    raise MismatchError(
-                        f"device {collective}: rank {self.rank} and rank {peer} differ in "
-                        f"{field}: {mine[i]} vs {everyone[peer, i]}", field, (self.rank, peer))
+        differ = everyone != mine
+        if differ.any():
+            peer, i = (int(v) for v in np.argwhere(differ)[0])
+            field = _DESCRIPTOR[i]
+            self._broken = f"rank {peer} made another call ({field} differs)"
+            raise MismatchError(f"device {collective}: rank {self.rank} and rank {peer} differ "
+                                f"in {field}: {mine[i]} vs {everyone[peer, i]}", field,
+                                (self.rank, peer))
         try:
             self.sched.ensure_buffers(self.sync)
         except BaseException as e:
