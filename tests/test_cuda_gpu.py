@@ -1,6 +1,5 @@
 """The GPU path on a real GPU (CuPy arrays, CUDA IPC), every rank on the one GPU it
 finds: skipped cleanly without CuPy or a device."""
-import numpy as np
 import pytest
 
 cupy = pytest.importorskip("cupy")
@@ -11,8 +10,7 @@ except Exception:  # noqa: BLE001 - no driver is the same as no device here
 
 import shmcoll  # noqa: E402
 import workers  # noqa: E402
-from reference import bitwise_equal, dtype_of, expected_result  # noqa: E402
-from test_cuda_path import device_cases  # noqa: E402
+from test_cuda_path import assert_matches_numpy, device_cases  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(DEVICES == 0, reason="no CUDA device")]
 
@@ -27,15 +25,7 @@ def cupy_backend(monkeypatch):
 def test_every_device_schedule_against_numpy_on_the_gpu(P):
     cases = device_cases(P)
     got = shmcoll.launch(workers.run_device_cases, P, args=(cases, "cupy"), timeout=900)
-    bad = []
-    for rank in range(P):
-        for case, result in zip(cases, got[rank]):
-            want = expected_result(case, P, rank)
-            if want is not None:
-                want = np.asarray(want).astype(dtype_of(case[2]))
-            if not bitwise_equal(result, want):
-                bad.append((rank, case))
-    assert not bad, f"{len(bad)} wrong, e.g. {bad[:3]}"
+    assert_matches_numpy(cases, got)
 
 
 def test_large_allreduce_and_same_bits_everywhere():

@@ -48,7 +48,12 @@ def test_every_device_schedule_against_numpy(P, sync, monkeypatch):
     monkeypatch.setenv("SHMCOLL_CUDA_SYNC", sync)
     cases = device_cases(P)
     got = shmcoll.launch(workers.run_device_cases, P, args=(cases,), timeout=600)
-    bad = []
+    assert_matches_numpy(cases, got)
+
+
+def assert_matches_numpy(cases, got):
+    """Every rank's result of every case, bit for bit, against the numpy reference."""
+    P, bad = len(got), []
     for rank in range(P):
         for case, result in zip(cases, got[rank]):
             want = expected_result(case, P, rank)
@@ -192,3 +197,11 @@ def test_perf_device_cuda_runs_the_gpu_path_and_checks_results():
         res = run("-m", "shmcoll", "perf", "allreduce", "--device", "cuda", timeout=60,
                   SHMCOLL_CUDA_BACKEND="cupy")
         assert res.returncode == 2 and "CuPy" in res.stderr
+
+
+def test_device_decisions_print_in_the_override_grammar_with_device_algorithms_only():
+    from shmcoll import calibration, selector
+    rules = selector.describe(4, calibration.DEVICE_DEFAULT, variants=VARIANTS)
+    assert {r.algorithm for r in rules} <= {"direct", "ring"}
+    assert {r.collective for r in rules} == set(VARIANTS)
+    assert selector.parse_overrides(str(rules)) == rules

@@ -14,7 +14,7 @@ from shmcoll.cuda import backend as backends
 from shmcoll.cuda import kernels
 from shmcoll.cuda.collectives import Schedules
 from shmcoll.errors import CommunicatorBrokenError, MismatchError
-from shmcoll.ops import ReduceOp, op_code
+from shmcoll.ops import ReduceOp
 
 # What the GPU path implements: {collective: {algorithm: (variant, ...)}}.
 VARIANTS = {
