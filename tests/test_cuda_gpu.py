@@ -24,7 +24,7 @@ def cupy_backend(monkeypatch):
 @pytest.mark.parametrize("P", [2, 4, 8])
 def test_every_device_schedule_against_numpy_on_the_gpu(P):
     cases = device_cases(P)
-    got = shmcoll.launch(workers.run_device_cases, P, args=(cases, "cupy"), timeout=900)
+    got = shmcoll.launch(workers.run_device_cases, P, args=(cases,), timeout=900)
     assert_matches_numpy(cases, got)
 
 

@@ -337,20 +337,11 @@ def two_decisions(comm):
     comm.broadcast(np.ones(3))
 
 
-def device_arrays(kind):
-    """(to_device, to_host) for stand-in ('host') or CuPy ('cupy') device arrays."""
-    if kind == "cupy":
-        import cupy
-        return cupy.asarray, cupy.asnumpy
-    from shmcoll.cuda.host import HostArray
-    return HostArray, lambda a: a.host.copy()
-
-
-def run_device_case(comm, collective, shape, dtype_name, op, inplace, algo=None, seed=0, root=0,
-                    kind="host"):
-    """run_case on device arrays (stand-ins with SHMCOLL_CUDA_BACKEND=host, or CuPy);
+def run_device_case(comm, collective, shape, dtype_name, op, inplace, algo=None, seed=0, root=0):
+    """run_case on device arrays (CuPy's, or stand-ins with SHMCOLL_CUDA_BACKEND=host);
     returns numpy results like run_case."""
-    dev, to_host = device_arrays(kind)
+    from shmcoll.cuda import array_converters
+    dev, to_host = array_converters()
     P, r = comm.world_size, comm.rank
     x = dev(make_input(r, shape, dtype_name, op, seed))
 
@@ -377,9 +368,9 @@ def run_device_case(comm, collective, shape, dtype_name, op, inplace, algo=None,
     return host(comm.allgather(x, algo=algo))
 
 
-def run_device_cases(comm, cases, kind="host"):
+def run_device_cases(comm, cases):
     comm.barrier()
-    out = [run_device_case(comm, *case, kind=kind) for case in cases]
+    out = [run_device_case(comm, *case) for case in cases]
     comm.synchronize()
     return out
 

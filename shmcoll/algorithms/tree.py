@@ -36,13 +36,13 @@ def variants(collective, world, nbytes):
 
 
 def _levels(world):
-    """Per level j (deepest first): the ranks whose parent is 2^j below them, and the
+    """Per level j, leaves first: the ranks whose parent is 2^j below them, and the
     sizes of their subtrees."""
     levels = []
-    for j in reversed(range(log2_ceil(world))):
+    for j in range(log2_ceil(world)):
         ranks = [v for v in range(1, world) if v & -v == 1 << j]
         levels.append((ranks, [min(1 << j, world - v) for v in ranks]))
-    return levels[::-1]
+    return levels
 
 
 def rounds(collective, world, variant=None):

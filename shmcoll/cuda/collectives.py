@@ -16,10 +16,8 @@ Reductions run in rank order on every rank (every rank gets the same bits) and i
 float32 for float16/bfloat16.  A piece's final barrier keeps a rank from
 overwriting its buffer while a peer may still read it.
 """
-import numpy as np
-
 from shmcoll.cuda import kernels
-from shmcoll.cuda.buffers import BARRIER, KINDS, READY, PeerBuffers
+from shmcoll.cuda.buffers import BARRIER, READY, PeerBuffers
 
 CHAIN_PIECES = 8
 
@@ -50,9 +48,11 @@ class Schedules:
         # of spinning kernels: processes sharing one GPU are time-sliced, and a kernel
         # waiting for another process's kernel would hold the GPU that one needs.
         self.host_sync = False
-        self._sent = np.zeros((KINDS, self.world), np.uint64)
-        self._seen = np.zeros((KINDS, self.world), np.uint64)
+        # Sequence numbers: barriers (the same for every pair), and ready signals per
+        # peer, sent and awaited; every rank runs the same schedule, so they agree.
         self._barriers = 0
+        self._ready_sent = [0] * self.world
+        self._ready_seen = [0] * self.world
 
     def ensure_buffers(self, sync="auto"):
         if self.buffers is None:
@@ -74,17 +74,17 @@ class Schedules:
         barrier (every ring step is a step of all ranks)."""
         if self.host_sync:
             return
-        self._sent[READY, peer] += 1
+        self._ready_sent[peer] += 1
         self.backend.sync(self.buffers.flag_table, self.rank, self.world, READY, peer,
-                          int(self._sent[READY, peer]), 0, self.timeout, stream)
+                          self._ready_sent[peer], 0, self.timeout, stream)
 
     def _wait(self, peer, stream):
         if self.host_sync:
             self._barrier(stream)
             return
-        self._seen[READY, peer] += 1
+        self._ready_seen[peer] += 1
         self.backend.sync(self.buffers.flag_table, self.rank, self.world, READY, peer,
-                          0, int(self._seen[READY, peer]), self.timeout, stream)
+                          0, self._ready_seen[peer], self.timeout, stream)
 
     # -- schedules ------------------------------------------------------------------
     def one_shot(self, out, x, dtype, op, stream):
