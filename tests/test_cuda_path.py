@@ -205,3 +205,20 @@ def test_device_decisions_print_in_the_override_grammar_with_device_algorithms_o
     assert {r.algorithm for r in rules} <= {"direct", "ring"}
     assert {r.collective for r in rules} == set(VARIANTS)
     assert selector.parse_overrides(str(rules)) == rules
+
+
+def test_device_arrays_of_other_libraries_are_read_through_the_interface():
+    from shmcoll.cuda.path import DeviceArray
+
+    class Tensor:      # a dtype numpy cannot read, as torch's, and strides in bytes
+        dtype = "torch.float32"
+
+        def __init__(self, a):
+            self._a = a
+            self.__cuda_array_interface__ = {"shape": a.shape, "typestr": "<f4", "version": 3,
+                                             "strides": a.strides, "data": (a.ctypes.data, False)}
+    a = np.zeros((3, 4), np.float32)
+    d = DeviceArray(Tensor(a), "x")
+    assert (d.shape, d.dtype, d.nbytes, d.ptr) == ((3, 4), np.float32, 48, a.ctypes.data)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        DeviceArray(Tensor(np.zeros((4, 3), np.float32).T), "x")

@@ -38,6 +38,15 @@ def _c_strides(shape, itemsize):
     return tuple(reversed(strides))
 
 
+def _dtype_of(arr, cai):
+    """The numpy dtype of a device array: its own when numpy understands it (CuPy's;
+    bfloat16 through ml_dtypes), else the interface's typestr (e.g. a torch tensor)."""
+    try:
+        return np.dtype(arr.dtype)
+    except (AttributeError, TypeError):
+        return np.dtype(cai["typestr"])
+
+
 class DeviceArray:
     """What the collectives need of an array exposing __cuda_array_interface__."""
 
@@ -45,7 +54,7 @@ class DeviceArray:
         cai = arr.__cuda_array_interface__
         self.arr = arr
         self.shape = tuple(int(n) for n in cai["shape"])
-        self.dtype = np.dtype(arr.dtype) if hasattr(arr, "dtype") else np.dtype(cai["typestr"])
+        self.dtype = _dtype_of(arr, cai)
         self.ptr, self.readonly = int(cai["data"][0]), bool(cai["data"][1])
         self.count = int(np.prod(self.shape, dtype=np.int64))
         self.nbytes = self.count * self.dtype.itemsize
