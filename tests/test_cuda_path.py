@@ -64,6 +64,26 @@ def assert_matches_numpy(cases, got):
     assert not bad, f"{len(bad)} wrong, e.g. {bad[:3]}"
 
 
+@pytest.mark.parametrize("sync", ["device", "host"])
+def test_random_sequences_mixing_one_phase_and_multi_phase_schedules(sync, monkeypatch):
+    """Consecutive calls reuse the buffers' halves: a schedule must never overwrite
+    what a slower peer is still reading."""
+    monkeypatch.setenv("SHMCOLL_CUDA_SYNC", sync)
+    rng = np.random.default_rng(5)
+    P, cases = 4, []
+    for i in range(60):
+        coll = str(rng.choice(["allreduce", "allgather", "broadcast", "reduce_scatter", "gather"]))
+        algo = str(rng.choice(list(VARIANTS[coll]) + ["auto"]))
+        rows = int(rng.choice([1, 7, 700, 2100]))
+        shape = (P * rows,) if coll == "reduce_scatter" else (rows,)
+        cases.append((coll, shape, "float32", "sum", False, None if algo == "auto" else algo,
+                      i, int(rng.integers(P))))
+    for slow in (None, 0, P - 1):
+        got = shmcoll.launch(workers.run_device_cases_one_slow, P,
+                             args=(cases, slow, 0.002 if slow is not None else 0.0), timeout=600)
+        assert_matches_numpy(cases, got)
+
+
 def test_every_rank_gets_the_same_bits_and_two_shot_equals_one_shot():
     # random floats: association order matters, so equal bits mean equal order
     got = shmcoll.launch(workers.float_sum_random_device, 3, args=(5000, "float32", 11), timeout=120)
@@ -222,3 +242,57 @@ def test_device_arrays_of_other_libraries_are_read_through_the_interface():
     assert (d.shape, d.dtype, d.nbytes, d.ptr) == ((3, 4), np.float32, 48, a.ctypes.data)
     with pytest.raises(ValueError, match="C-contiguous"):
         DeviceArray(Tensor(np.zeros((4, 3), np.float32).T), "x")
+
+
+class _Recorder:
+    """A backend that records what a schedule enqueues, for ordering checks."""
+
+    def __init__(self):
+        self.ops = []
+
+    def copy(self, dst, src, nbytes, stream):
+        self.ops.append(("write", dst))
+
+    def copy2d(self, dst, dpitch, src, spitch, width, height, stream):
+        self.ops.append(("write", dst))
+
+    def reduce(self, out, table, nsrc, offset, count, dtype, op, world, stream):
+        self.ops.append(("read", offset))
+
+    def combine(self, *args):
+        self.ops.append(("combine",))
+
+    def sync(self, flags, me, world, kind, peer, signal_value, wait_value, timeout, stream):
+        self.ops.append(("barrier",) if kind == 0 else ("ready",))
+
+
+def _recording_schedules(world=2, half=4096):
+    from types import SimpleNamespace
+    from shmcoll.cuda.collectives import Schedules
+    engine = SimpleNamespace(rank=0, world_size=world)
+    sched = Schedules(engine, _Recorder(), half, 1.0)
+    base = 1 << 20
+    sched.buffers = SimpleNamespace(
+        in_ptr=lambda r: base * (r + 1), aux_ptr=lambda r: base * (r + 1) + half,
+        data_table=None, flag_table=None)
+    return sched
+
+
+def test_one_phase_pieces_alternate_halves_and_a_multi_phase_schedule_settles_first():
+    from shmcoll.cuda.path import DeviceArray
+    sched = _recording_schedules()
+    x = DeviceArray(HostArray(np.zeros(16, np.float32)), "x")
+    out = DeviceArray(HostArray(np.zeros(16, np.float32)), "out")
+    sched.one_shot(out, x, x.dtype, "sum", None)
+    sched.one_shot(out, x, x.dtype, "sum", None)
+    ops = sched.backend.ops
+    # write half 0, barrier, read half 0; then half 1: one barrier per piece
+    assert ops == [("write", 1 << 20), ("barrier",), ("read", 0),
+                   ("write", (1 << 20) + 4096), ("barrier",), ("read", 4096)]
+    ops.clear()
+    sched.two_shot(out, x, x.dtype, "sum", None)
+    assert ops[0] == ("barrier",)          # the readers of the last half are done first
+    assert ops[-1] == ("barrier",)         # and it leaves nothing being read
+    ops.clear()
+    sched.two_shot(out, x, x.dtype, "sum", None)
+    assert ops[0] == ("write", 1 << 20)    # nothing to settle after a multi-phase schedule

@@ -368,6 +368,13 @@ def run_device_case(comm, collective, shape, dtype_name, op, inplace, algo=None,
     return host(comm.allgather(x, algo=algo))
 
 
+def run_device_cases_one_slow(comm, cases, slow_rank, delay):
+    """run_device_cases with one rank reading late (the host stand-in's read_delay)."""
+    from shmcoll.cuda import backend
+    backend.load().read_delay = delay if comm.rank == slow_rank else 0.0
+    return run_device_cases(comm, cases)
+
+
 def run_device_cases(comm, cases):
     comm.barrier()
     out = [run_device_case(comm, *case) for case in cases]

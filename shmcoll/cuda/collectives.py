@@ -2,19 +2,25 @@
 IPC buffers (shmcoll.cuda.buffers), enqueued on the caller's current stream.
 For each piece of at most `half` bytes (SHMCOLL_CUDA_BUFFER_BYTES):
 
-  direct (one-shot)  copy x to in[me]; barrier; out = in[0] (+) ... (+) in[P-1]; barrier
+  direct (one-shot)  copy x to half[me]; barrier; out = half[0] (+) ... (+) half[P-1]
   direct (two-shot)  copy x to in[me]; barrier; aux[me] = block me of that sum;
                      barrier; out block q = aux[q] block q; barrier
   ring               ReduceScatter: P-1 steps, each reads the left neighbour's
                      partial block and adds its own; barrier; AllGather: P-1 steps
                      passing finished blocks rightwards; barrier
-  broadcast          star: every rank copies in[root]; chain: root -> root+1 -> ...
+  broadcast          star: every rank copies half[root]; chain: root -> root+1 -> ...
                      in 8 sub-pieces, each rank forwarding what its left has
-  reduce, gather, scatter   star around the root
+  reduce, gather, scatter, direct ReduceScatter and AllGather: one phase, as one-shot
 
 Reductions run in rank order on every rank (every rank gets the same bits) and in
-float32 for float16/bfloat16.  A piece's final barrier keeps a rank from
-overwriting its buffer while a peer may still read it.
+float32 for float16/bfloat16.
+
+Reuse.  A one-phase piece (write my half, barrier, read the peers' halves) needs
+one barrier, not two: consecutive one-phase pieces alternate between the two halves
+of the buffer, and the barrier of piece k+1 is passed only once every rank has
+finished reading piece k-1's half (each rank's stream reaches the barrier after its
+reads).  A schedule of several phases uses both halves, so it first waits for
+the last one-phase piece's readers (_settle), and ends with a barrier.
 """
 from shmcoll.cuda import kernels
 from shmcoll.cuda.buffers import BARRIER, READY, PeerBuffers
@@ -53,6 +59,8 @@ class Schedules:
         self._barriers = 0
         self._ready_sent = [0] * self.world
         self._ready_seen = [0] * self.world
+        self._half_index = 0        # the half the next one-phase piece writes
+        self._unsettled = False     # peers may still read the last one-phase half
 
     def ensure_buffers(self, sync="auto"):
         if self.buffers is None:
@@ -86,18 +94,33 @@ class Schedules:
         self.backend.sync(self.buffers.flag_table, self.rank, self.world, READY, peer,
                           0, self._ready_seen[peer], self.timeout, stream)
 
+    def _one_phase(self):
+        """Byte offset, in every rank's buffer, of the half this one-phase piece uses."""
+        offset = self._half_index * self.half
+        self._half_index ^= 1
+        self._unsettled = True
+        return offset
+
+    def _settle(self, stream):
+        """Before a schedule that writes both halves: every reader of the last
+        one-phase piece has finished."""
+        if self._unsettled:
+            self._barrier(stream)
+            self._unsettled = False
+
     # -- schedules ------------------------------------------------------------------
     def one_shot(self, out, x, dtype, op, stream):
         b, be, isz = self.buffers, self.backend, dtype.itemsize
         for off, n in pieces(x.nbytes, self.half, isz):
-            be.copy(b.in_ptr(self.rank), x.ptr + off, n, stream)
+            h = self._one_phase()
+            be.copy(b.in_ptr(self.rank) + h, x.ptr + off, n, stream)
             self._barrier(stream)
-            be.reduce(out.ptr + off, b.data_table, self.world, 0, n // isz, dtype, op,
+            be.reduce(out.ptr + off, b.data_table, self.world, h, n // isz, dtype, op,
                       self.world, stream)
-            self._barrier(stream)
 
     def two_shot(self, out, x, dtype, op, stream):
         b, be, isz, P = self.buffers, self.backend, dtype.itemsize, self.world
+        self._settle(stream)
         for off, n in pieces(x.nbytes, self.half, isz):
             count = n // isz
             be.copy(b.in_ptr(self.rank), x.ptr + off, n, stream)
@@ -150,6 +173,7 @@ class Schedules:
         b, be, isz, P = self.buffers, self.backend, dtype.itemsize, self.world
         acc = kernels.ACC_BYTES.get(dtype.name, isz)
         cap = max(1, self.half // (acc * P)) * P * isz      # P aux slots of a block fit
+        self._settle(stream)
         for off, n in pieces(x.nbytes, cap, isz):
             count = n // isz
             blocks = [(lo * isz, ln) for lo, ln in (block_range(count, P, q) for q in range(P))]
@@ -170,16 +194,17 @@ class Schedules:
         b, be, isz, P = self.buffers, self.backend, dtype.itemsize, self.world
         block = x.nbytes // P
         for off, n in self._block_pieces(block, isz, P):
-            be.copy2d(b.in_ptr(self.rank), n, x.ptr + off, block, n, P, stream)
+            h = self._one_phase()
+            be.copy2d(b.in_ptr(self.rank) + h, n, x.ptr + off, block, n, P, stream)
             self._barrier(stream)
-            be.reduce(out.ptr + off, b.data_table, P, self.rank * n, n // isz, dtype, op, P,
+            be.reduce(out.ptr + off, b.data_table, P, h + self.rank * n, n // isz, dtype, op, P,
                       stream)
-            self._barrier(stream)
 
     def reduce_scatter_ring(self, out, x, dtype, op, stream):
         b, be, isz, P = self.buffers, self.backend, dtype.itemsize, self.world
         block = x.nbytes // P
         acc = kernels.ACC_BYTES.get(dtype.name, isz)
+        self._settle(stream)
         for off, n in self._block_pieces(block, isz, P, acc):
             be.copy2d(b.in_ptr(self.rank), n, x.ptr + off, block, n, P, stream)
             blocks = [(q * n, n // isz) for q in range(P)]
@@ -189,14 +214,15 @@ class Schedules:
     def allgather_direct(self, out, x, dtype, stream):
         b, be, P = self.buffers, self.backend, self.world
         for off, n in self._block_pieces(x.nbytes, dtype.itemsize):
-            be.copy(b.in_ptr(self.rank), x.ptr + off, n, stream)
+            h = self._one_phase()
+            be.copy(b.in_ptr(self.rank) + h, x.ptr + off, n, stream)
             self._barrier(stream)
             for q in range(P):
-                be.copy(out.ptr + q * x.nbytes + off, b.in_ptr(q), n, stream)
-            self._barrier(stream)
+                be.copy(out.ptr + q * x.nbytes + off, b.in_ptr(q) + h, n, stream)
 
     def allgather_ring(self, out, x, dtype, stream):
         b, be, isz, P = self.buffers, self.backend, dtype.itemsize, self.world
+        self._settle(stream)
         for off, n in self._block_pieces(x.nbytes, isz, P):
             be.copy(b.in_ptr(self.rank) + self.rank * n, x.ptr + off, n, stream)
             self._ring_allgather([(q * n, n // isz) for q in range(P)], isz, stream)
@@ -206,12 +232,12 @@ class Schedules:
     def broadcast_star(self, x, root, stream):
         b, be = self.buffers, self.backend
         for off, n in pieces(x.nbytes, self.half, x.dtype.itemsize):
+            h = self._one_phase()
             if self.rank == root:
-                be.copy(b.in_ptr(root), x.ptr + off, n, stream)
+                be.copy(b.in_ptr(root) + h, x.ptr + off, n, stream)
             self._barrier(stream)
             if self.rank != root:
-                be.copy(x.ptr + off, b.in_ptr(root), n, stream)
-            self._barrier(stream)
+                be.copy(x.ptr + off, b.in_ptr(root) + h, n, stream)
 
     def broadcast_chain(self, x, root, stream):
         if self.host_sync:      # a chain's ranks wait unequally: no all-rank steps
@@ -219,6 +245,7 @@ class Schedules:
         b, be, P, me = self.buffers, self.backend, self.world, self.rank
         left, right = (me - 1) % P, (me + 1) % P
         position = (me - root) % P
+        self._settle(stream)
         isz = x.dtype.itemsize
         for off, n in pieces(x.nbytes, self.half, isz):
             for s_off, s_n in pieces(n, -(-n // CHAIN_PIECES), isz):
@@ -237,29 +264,29 @@ class Schedules:
     def reduce_star(self, out, x, dtype, op, root, stream):
         b, be, isz = self.buffers, self.backend, dtype.itemsize
         for off, n in pieces(x.nbytes, self.half, isz):
-            be.copy(b.in_ptr(self.rank), x.ptr + off, n, stream)
+            h = self._one_phase()
+            be.copy(b.in_ptr(self.rank) + h, x.ptr + off, n, stream)
             self._barrier(stream)
             if self.rank == root:
-                be.reduce(out.ptr + off, b.data_table, self.world, 0, n // isz, dtype, op,
+                be.reduce(out.ptr + off, b.data_table, self.world, h, n // isz, dtype, op,
                           self.world, stream)
-            self._barrier(stream)
 
     def gather_star(self, out, x, root, stream):
         b, be = self.buffers, self.backend
         for off, n in pieces(x.nbytes, self.half, x.dtype.itemsize):
-            be.copy(b.in_ptr(self.rank), x.ptr + off, n, stream)
+            h = self._one_phase()
+            be.copy(b.in_ptr(self.rank) + h, x.ptr + off, n, stream)
             self._barrier(stream)
             if self.rank == root:
                 for q in range(self.world):
-                    be.copy(out.ptr + q * x.nbytes + off, b.in_ptr(q), n, stream)
-            self._barrier(stream)
+                    be.copy(out.ptr + q * x.nbytes + off, b.in_ptr(q) + h, n, stream)
 
     def scatter_star(self, out, x_ptr, root, stream):
         b, be, P = self.buffers, self.backend, self.world
         block = out.nbytes
         for off, n in self._block_pieces(block, out.dtype.itemsize, P):
+            h = self._one_phase()
             if self.rank == root:
-                be.copy2d(b.in_ptr(root), n, x_ptr + off, block, n, P, stream)
+                be.copy2d(b.in_ptr(root) + h, n, x_ptr + off, block, n, P, stream)
             self._barrier(stream)
-            be.copy(out.ptr + off, b.in_ptr(root) + self.rank * n, n, stream)
-            self._barrier(stream)
+            be.copy(out.ptr + off, b.in_ptr(root) + h + self.rank * n, n, stream)

@@ -76,6 +76,9 @@ class HostBackend:
 
     def __init__(self):
         self._maps = {}         # ptr -> (mmap, name, owned)
+        # Seconds every copy and reduction waits before reading: tests make one rank
+        # slow, so that a schedule reusing a buffer too early shows as a wrong result.
+        self.read_delay = 0.0
 
     def identity(self):
         return f"host:{os.uname().nodename}".encode()
@@ -138,6 +141,8 @@ class HostBackend:
         return None
 
     def copy(self, dst, src, nbytes, stream):
+        if self.read_delay:
+            time.sleep(self.read_delay)
         if nbytes:
             ctypes.memmove(dst, src, nbytes)
 
@@ -147,6 +152,8 @@ class HostBackend:
 
     @np.errstate(over="ignore", invalid="ignore")
     def reduce(self, out, table, nsrc, offset, count, dtype, op, world, stream):
+        if self.read_delay:
+            time.sleep(self.read_delay)
         size = count * dtype.itemsize
         acc_t = _acc_dtype(dtype)
         acc = _view(table[0] + offset, size, dtype).astype(acc_t)
@@ -156,6 +163,8 @@ class HostBackend:
 
     @np.errstate(over="ignore", invalid="ignore")
     def combine(self, out, a, b, count, dtype, op, partial_is_acc, last, world, stream):
+        if self.read_delay:
+            time.sleep(self.read_delay)
         acc_t = _acc_dtype(dtype)
         left = _view(a, count * (acc_t if partial_is_acc else dtype).itemsize,
                      acc_t if partial_is_acc else dtype).astype(acc_t)
