@@ -420,7 +420,8 @@ def _forced_variant(comm, x, schedule):
     path = comm._device()
     out = HostArray(np.empty(x.shape, x.dtype))
     xa = DeviceArray(x, "x")
-    _, stream = path._begin("allreduce", xa, "sum", 0, "direct", xa.nbytes)
+    from shmcoll.ops import ReduceOp
+    _, stream = path._begin("allreduce", xa, ReduceOp.SUM.code, 0, "direct", xa.nbytes)
     getattr(path.sched, schedule)(DeviceArray(out, "out"), xa, xa.dtype, "sum", stream)
     return out.host.copy()
 

@@ -10,9 +10,14 @@ import numpy as np
 _NDARRAY = np.ndarray
 
 
+_CAI = "__cuda_array_interface__"
+
+
 def is_device_array(x):
-    """True for arrays in GPU memory (they expose __cuda_array_interface__)."""
-    return type(x) is not _NDARRAY and x is not None and hasattr(x, "__cuda_array_interface__")
+    """True for arrays in GPU memory (they expose __cuda_array_interface__).  Looked
+    up on the type first: on an instance, hasattr would compute the interface."""
+    return type(x) is not _NDARRAY and x is not None and (
+        hasattr(type(x), _CAI) or _CAI in getattr(x, "__dict__", ()))
 
 
 def array_converters():

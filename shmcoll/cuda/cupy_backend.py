@@ -31,7 +31,8 @@ class CupyBackend:
             self._pci = self.rt.deviceGetPCIBusId(self.device)
         except Exception as e:  # CUDA driver or device missing
             raise DeviceError(f"no usable CUDA device: {e}") from None
-        self._modules = {}
+        self._modules = {}          # (dtype name, op) -> RawModule
+        self._functions = {}        # (dtype, op, which) -> RawKernel
         self._sync = cupy.RawModule(code=kernels.source(), options=_OPTIONS).get_function(kernels.SYNC)
         # The wait kernel reports a timeout here: pinned, mapped host memory, which the
         # device addresses with the host pointer (unified addressing).
@@ -89,25 +90,34 @@ class CupyBackend:
             self.rt.memcpy2DAsync(dst, dpitch, src, spitch, width, height, _MEMCPY_DEFAULT,
                                   stream.ptr)
 
-    def _function(self, dtype, op, name):
-        key = (dtype.name, op)
-        if key not in self._modules:
-            self._modules[key] = self.cp.RawModule(code=kernels.source(), options=_OPTIONS,
-                                                   name_expressions=kernels.names_for(*key))
-        return self._modules[key].get_function(name)
+    def _function(self, dtype, op, which):
+        """The kernel `which` ('reduce', or (partial_is_acc, last) for a ring step) of
+        (dtype, op); compiled at first use, one module per (dtype, op)."""
+        key = (dtype, op, which)
+        fn = self._functions.get(key)
+        if fn is None:
+            name = dtype.name
+            if (name, op) not in self._modules:
+                self._modules[name, op] = self.cp.RawModule(
+                    code=kernels.source(), options=_OPTIONS,
+                    name_expressions=kernels.names_for(name, op))
+            expr = kernels.reduce_name(name, op) if which == "reduce" else \
+                kernels.combine_name(name, op, *which)
+            fn = self._functions[key] = self._modules[name, op].get_function(expr)
+        return fn
 
     def _grid(self, count):
         return (max(1, min(-(-count // _THREADS), 8 * self._sms)),)
 
     def reduce(self, out, table, nsrc, offset, count, dtype, op, world, stream):
         if count:
-            fn = self._function(dtype, op, kernels.reduce_name(dtype.name, op))
+            fn = self._function(dtype, op, "reduce")
             fn(self._grid(count), (_THREADS,), (np.uint64(out), table, np.int32(nsrc),
                np.uint64(offset), np.uint64(count), np.int32(world)), stream=stream)
 
     def combine(self, out, a, b, count, dtype, op, partial_is_acc, last, world, stream):
         if count:
-            fn = self._function(dtype, op, kernels.combine_name(dtype.name, op, partial_is_acc, last))
+            fn = self._function(dtype, op, (partial_is_acc, last))
             fn(self._grid(count), (_THREADS,), (np.uint64(out), np.uint64(a), np.uint64(b),
                np.uint64(count), np.int32(world)), stream=stream)
 

@@ -23,6 +23,9 @@ class HostArray:
 
     def __init__(self, data):
         self.host = np.ascontiguousarray(data)
+        self._interface = {"shape": self.host.shape, "typestr": self.host.dtype.str,
+                           "strides": None, "data": (self.host.ctypes.data, False),
+                           "version": 3, "stream": None}
 
     @property
     def shape(self):
@@ -38,8 +41,7 @@ class HostArray:
 
     @property
     def __cuda_array_interface__(self):
-        return {"shape": self.host.shape, "typestr": self.host.dtype.str, "strides": None,
-                "data": (self.host.ctypes.data, False), "version": 3, "stream": None}
+        return self._interface
 
     def get(self):
         return self.host.copy()
@@ -57,7 +59,7 @@ def _view(ptr, nbytes, dtype):
 
 
 def _acc_dtype(dtype):
-    return np.dtype(np.float32) if dtype.name in ("float16", "bfloat16") else dtype
+    return np.dtype(np.float32) if dtype.kind in "fV" and dtype.itemsize == 2 else dtype
 
 
 _UFUNCS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "min": np.minimum,

@@ -6,6 +6,8 @@ allgather of a small descriptor on the shared-memory engine, so a mismatch raise
 MismatchError on every rank and a dead peer PeerLostError, before any device work.
 The IPC buffers are set up at the first call (a collective step of its own).
 """
+import math
+
 import numpy as np
 
 from shmcoll import calibration, selector
@@ -28,6 +30,7 @@ VARIANTS = {
 }
 _LABELS = [(c, a, v) for c, algs in VARIANTS.items() for a, vs in algs.items() for v in vs]
 _DESCRIPTOR = ("collective", "count", "dtype", "itemsize", "op", "root", "algorithm")
+_COLLECTIVE_CODES = {c: i for i, c in enumerate(selector.ALL_COLLECTIVES)}
 
 
 def _c_strides(shape, itemsize):
@@ -47,20 +50,42 @@ def _dtype_of(arr, cai):
         return np.dtype(cai["typestr"])
 
 
+class _DtypeInfo:
+    """What a call needs of a dtype, computed once per dtype (numpy's attribute
+    lookups cost microseconds each on a path that must take a few)."""
+    __slots__ = ("name", "itemsize", "code")
+
+    def __init__(self, dtype):
+        self.name, self.itemsize = dtype.name, dtype.itemsize
+        self.code = int.from_bytes(self.name.encode()[:8].ljust(8, b"\0"), "little", signed=True)
+
+
+_DTYPES = {}
+
+
+def dtype_info(dtype):
+    info = _DTYPES.get(dtype)
+    if info is None:
+        info = _DTYPES[dtype] = _DtypeInfo(dtype)
+    return info
+
+
 class DeviceArray:
     """What the collectives need of an array exposing __cuda_array_interface__."""
+    __slots__ = ("arr", "shape", "dtype", "info", "ptr", "readonly", "count", "nbytes")
 
     def __init__(self, arr, what):
         cai = arr.__cuda_array_interface__
         self.arr = arr
-        self.shape = tuple(int(n) for n in cai["shape"])
+        self.shape = tuple(cai["shape"])
         self.dtype = _dtype_of(arr, cai)
-        self.ptr, self.readonly = int(cai["data"][0]), bool(cai["data"][1])
-        self.count = int(np.prod(self.shape, dtype=np.int64))
-        self.nbytes = self.count * self.dtype.itemsize
+        self.info = dtype_info(self.dtype)
+        self.ptr, self.readonly = cai["data"]
+        self.count = math.prod(self.shape)
+        self.nbytes = self.count * self.info.itemsize
         strides = cai.get("strides")
         if strides is not None and self.count > 1 and \
-                tuple(strides) != _c_strides(self.shape, self.dtype.itemsize):
+                tuple(strides) != _c_strides(self.shape, self.info.itemsize):
             raise ValueError(f"{what} must be a C-contiguous device array")
 
 
@@ -81,7 +106,11 @@ class DevicePath:
         self.model, self.model_source = calibration.model_for(
             self.world, device=self.backend.identity().decode())
         self._broken = None
-        self._decisions = {}        # (collective, nbytes, algo) -> Candidate
+        self._decisions = {}        # (collective, nbytes, algo) -> (label, variant)
+        self._ops = {}              # (dtype, op code) -> op name, once checked
+        # The call descriptor every rank publishes, and where everyone's lands.
+        self._mine = np.zeros(len(_DESCRIPTOR), np.int64)
+        self._everyone = np.zeros((self.world, len(_DESCRIPTOR)), np.int64)
 
     # -- decisions and the handshake --------------------------------------------------
     def decide(self, collective, nbytes, algo=None):
@@ -97,41 +126,43 @@ class DevicePath:
 
     def _begin(self, collective, x, op, root, algo, nbytes, count=None):
         """Decides and agrees with every rank on the call (x's count, or `count`, and
-        dtype); returns (variant, stream)."""
+        dtype; op as its code); returns (variant, stream)."""
         if self._broken:
             raise CommunicatorBrokenError(f"the communicator's device path failed earlier: "
                                           f"{self._broken}")
         self.backend.check()
         key = (collective, nbytes, algo)
-        cand = self._decisions.get(key)
-        if cand is None:
+        decided = self._decisions.get(key)
+        if decided is None:
             cand = self.decide(collective, nbytes, algo).candidate
             if len(self._decisions) > 4096:
                 self._decisions.clear()
-            self._decisions[key] = cand
-        label = _LABELS.index((collective, cand.algorithm, cand.variant))
-        name = x.dtype.name.encode()[:8].ljust(8, b"\0")
-        mine = np.array([selector.ALL_COLLECTIVES.index(collective),
-                         x.count if count is None else count,
-                         int.from_bytes(name, "little", signed=True), x.dtype.itemsize,
-                         -1 if op is None else ReduceOp(op).code, root, label], dtype=np.int64)
-        everyone = self.comm._engine.allgather(mine, None)
-        differ = everyone != mine
-        if differ.any():
-            peer, i = (int(v) for v in np.argwhere(differ)[0])
-            field = _DESCRIPTOR[i]
-            self._broken = f"rank {peer} made another call ({field} differs)"
-            raise MismatchError(f"device {collective}: rank {self.rank} and rank {peer} differ "
-                                f"in {field}: {mine[i]} vs {everyone[peer, i]}", field,
-                                (self.rank, peer))
+            decided = self._decisions[key] = (
+                _LABELS.index((collective, cand.algorithm, cand.variant)), cand.variant)
+        label, variant = decided
+        mine = self._mine
+        mine[:] = (_COLLECTIVE_CODES[collective], x.count if count is None else count,
+                   x.info.code, x.info.itemsize, -1 if op is None else op, root, label)
+        everyone = self.comm._engine.allgather(mine, self._everyone)
+        if everyone.tobytes() != mine.tobytes() * self.world:
+            self._mismatch(collective, mine, everyone)
         try:
             self.sched.ensure_buffers(self.sync)
         except BaseException as e:
             self._broken = f"{type(e).__name__}: {e}"
             raise
         # One rank: whatever was named, a copy (a one-rank ring has no steps to run).
-        variant = VARIANTS[collective]["direct"][0] if self.world == 1 else cand.variant
+        if self.world == 1:
+            variant = VARIANTS[collective]["direct"][0]
         return variant, self.backend.stream()
+
+    def _mismatch(self, collective, mine, everyone):
+        peer, i = (int(v) for v in np.argwhere(everyone != mine)[0])
+        field = _DESCRIPTOR[i]
+        self._broken = f"rank {peer} made another call ({field} differs)"
+        raise MismatchError(f"device {collective}: rank {self.rank} and rank {peer} differ "
+                            f"in {field}: {mine[i]} vs {everyone[peer, i]}", field,
+                            (self.rank, peer))
 
     def _run(self, schedule, *args):
         try:
@@ -146,15 +177,19 @@ class DevicePath:
             raise ValueError(f"root must be in [0, {self.world}), got {root}")
         return root
 
-    @staticmethod
-    def _op(x, op_code_):
-        op = ReduceOp.from_code(op_code_).value
-        if x.dtype.name not in kernels.C_TYPES:
-            raise TypeError(f"unsupported dtype {x.dtype} for a reduction on the device; "
-                            f"supported: {', '.join(kernels.C_TYPES)}")
-        if not kernels.supports(x.dtype.name, op):
-            raise ValueError(f"op {op!r} is not defined for dtype {x.dtype}")
-        return op
+    def _op(self, x, code):
+        """The op's name, checked against x's dtype (once per pair)."""
+        key = (x.dtype, code)
+        name = self._ops.get(key)
+        if name is None:
+            name = ReduceOp.from_code(code).value
+            if x.info.name not in kernels.C_TYPES:
+                raise TypeError(f"unsupported dtype {x.dtype} for a reduction on the device; "
+                                f"supported: {', '.join(kernels.C_TYPES)}")
+            if not kernels.supports(x.info.name, name):
+                raise ValueError(f"op {name!r} is not defined for dtype {x.dtype}")
+            self._ops[key] = name
+        return name
 
     def _out(self, out, shape, dtype, what="out"):
         if out is None:
@@ -176,30 +211,30 @@ class DevicePath:
     # -- collectives ----------------------------------------------------------------
     def allreduce(self, x, out, op, algo):
         x = DeviceArray(x, "x")
-        op = self._op(x, op)
+        name = self._op(x, op)
         o = self._out(out, x.shape, x.dtype)
         variant, stream = self._begin("allreduce", x, op, 0, algo, x.nbytes)
-        schedule = {"one-shot": self.sched.one_shot, "two-shot": self.sched.two_shot,
-                    "ring": self.sched.ring_allreduce}[variant]
-        self._run(schedule, o, x, x.dtype, op, stream)
+        schedule = (self.sched.one_shot if variant == "one-shot" else
+                    self.sched.two_shot if variant == "two-shot" else self.sched.ring_allreduce)
+        self._run(schedule, o, x, x.dtype, name, stream)
         return o.arr
 
     def reduce(self, x, out, op, root, algo):
         x = DeviceArray(x, "x")
-        op, root = self._op(x, op), self._root(root)
+        name, root = self._op(x, op), self._root(root)
         o = self._out(out, x.shape, x.dtype) if self.rank == root else None
         variant, stream = self._begin("reduce", x, op, root, algo, x.nbytes)
-        self._run(self.sched.reduce_star, o, x, x.dtype, op, root, stream)
+        self._run(self.sched.reduce_star, o, x, x.dtype, name, root, stream)
         return o.arr if o else None
 
     def reduce_scatter(self, x, out, op, algo):
         x = DeviceArray(x, "x")
-        op = self._op(x, op)
+        name = self._op(x, op)
         o = self._out(out, self._blocks(x), x.dtype)
         variant, stream = self._begin("reduce_scatter", x, op, 0, algo, x.nbytes)
         schedule = self.sched.reduce_scatter_ring if variant == "ring" else \
             self.sched.reduce_scatter_direct
-        self._run(schedule, o, x, x.dtype, op, stream)
+        self._run(schedule, o, x, x.dtype, name, stream)
         return o.arr
 
     def allgather(self, x, out, algo):
