@@ -16,7 +16,6 @@ import numpy as np
 
 from shmcoll.algorithms import REGISTRY
 from shmcoll.algorithms.terms import CostModel
-from shmcoll.calibration import PARAMETERS
 from shmcoll.selector import ALL_COLLECTIVES as COLLECTIVES
 
 SIZES = (64, 1 << 10, 16 << 10, 256 << 10, 2 << 20, 16 << 20)   # >= 64 B: no empty blocks
