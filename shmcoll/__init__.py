@@ -10,10 +10,10 @@
         print(shmcoll.launch(work, nprocs=4))
 """
 from shmcoll.communicator import Communicator, init
-from shmcoll.errors import (ClosedError, CommunicatorBrokenError, DeviceError, JobAbortedError,
-                            LaunchError,
-                            MismatchError, PeerLostError, SegmentError, ShmcollError,
-                            TimeoutError)
+from shmcoll.errors import (ClosedError, CommunicatorBrokenError, ConcurrentCallError,
+                            DeviceError, JobAbortedError, JoinRefusedError, LaunchError,
+                            MismatchError, OutOfMemoryError, PeerLostError, SegmentError,
+                            SharedMemoryFullError, ShmcollError, TimeoutError)
 from shmcoll.launch import launch
 from shmcoll.ops import ReduceOp
 
@@ -22,5 +22,6 @@ __version__ = "0.1.0"
 __all__ = [
     "launch", "init", "Communicator", "ReduceOp", "ShmcollError", "TimeoutError",
     "PeerLostError", "MismatchError", "JobAbortedError", "CommunicatorBrokenError", "ClosedError",
-    "SegmentError", "LaunchError", "DeviceError", "__version__",
+    "SegmentError", "LaunchError", "DeviceError", "ConcurrentCallError", "JoinRefusedError",
+    "SharedMemoryFullError", "OutOfMemoryError", "__version__",
 ]

@@ -5,12 +5,17 @@ Each collective resolves its buffers once (numpy C-API, no Python per chunk), dr
 the GIL for a single C call, and turns the C status into an exception here.
 """
 from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
+from posix.unistd cimport close as close_fd, dup, usleep
 cimport numpy as cnp
+import hashlib
+import os
+
 import numpy as np
 
-from shmcoll.errors import (ClosedError, CommunicatorBrokenError, JobAbortedError,
-                            MismatchError, PeerLostError, SegmentError,
-                            TimeoutError as ShmTimeoutError)
+from shmcoll.errors import (ClosedError, CommunicatorBrokenError, ConcurrentCallError,
+                            JobAbortedError, JoinRefusedError, MismatchError,
+                            OutOfMemoryError, PeerLostError, SegmentError,
+                            SharedMemoryFullError, TimeoutError as ShmTimeoutError)
 
 cnp.import_array()
 
@@ -31,22 +36,33 @@ cdef extern from "csrc/shmcoll.h" nogil:
         int (*interrupted)() noexcept
     enum:
         SC_OK, SC_ETIMEDOUT, SC_EPEERLOST, SC_EABORTED, SC_EINVAL, SC_ELAYOUT,
-        SC_ERANKTAKEN, SC_EBROKEN, SC_EINTR, SC_EMISMATCH
+        SC_ERANKTAKEN, SC_EBROKEN, SC_EINTR, SC_EMISMATCH, SC_ECLOSED, SC_ENOMEM,
+        SC_ENOSPACE, SC_EREFUSED
+    enum:
+        SC_REFUSE_WORLD, SC_REFUSE_RANK_TAKEN, SC_REFUSE_COLLISION, SC_REFUSE_NO_SPACE
     enum:
         SC_INT8, SC_UINT8, SC_INT16, SC_UINT16, SC_INT32, SC_UINT32, SC_INT64,
         SC_UINT64, SC_FLOAT16, SC_BFLOAT16, SC_FLOAT32, SC_FLOAT64, SC_NDTYPES
     size_t sc_segment_size(int world, const sc_params *p)
+    size_t sc_control_bytes(int world)
+    int sc_reserve(int fd, size_t off, size_t len)
+    int sc_reserve_ring(int fd, int world, const sc_params *p)
     void *sc_map(int fd, size_t size, int *err)
     void sc_unmap(void *base, size_t size)
     int sc_format(void *base, size_t size, int world, const sc_params *p, uint64_t token, int pid)
     int sc_segment_world(const void *base, size_t size)
     int sc_segment_creator(const void *base, size_t size)
     int sc_segment_pids(const void *base, size_t size, int32_t *pids, int max)
-    sc_comm *sc_attach(void *base, size_t size, int rank, int world, uint64_t token,
+    sc_comm *sc_attach(void *base, size_t size, int fd, int rank, int world, uint64_t token,
                        const sc_params *wait, int *status, int *last)
     int sc_wait_attached(sc_comm *c)
     void sc_detach(sc_comm *c, int failed)
     void sc_segment_abort(void *base, size_t size, int failed_rank)
+    void sc_segment_refuse(void *base, size_t size, int rank, int reason, int64_t expected,
+                           int64_t got)
+    void sc_segment_refusal(const void *base, size_t size, int64_t out[4])
+    void sc_request_close(sc_comm *c)
+    uint64_t sc_call_number(const sc_comm *c)
     ctypedef struct sc_args:
         int collective, algo, dtype, op, root
         const void *x
@@ -61,8 +77,10 @@ cdef extern from "csrc/shmcoll.h" nogil:
     void sc_mismatch_info(const sc_comm *c, int64_t out[6])
     int sc_ranks_missing(const sc_comm *c, int *out, int max)
     int sc_error_peer(const sc_comm *c)
+    int sc_error_waited(const sc_comm *c)
     const char *sc_error_what(const sc_comm *c)
     int sc_op_supported(int dtype, int op)
+    void sc_layout(int64_t out[8])
     int sc_pid_dead(int32_t pid)
 
 
@@ -96,6 +114,47 @@ def _register_dtypes():
 
 _register_dtypes()
 SUPPORTED_DTYPES = tuple(sorted(_NAMES.values()))
+
+# The type of a copy-only collective's arrays is part of its call record: ranks whose
+# arrays differ in kind, item size or byte order move the same bytes but mean other
+# values by them, so they get MismatchError (a rank that wants raw bytes views its
+# array as uint8, as every rank must then do).  Reducible numpy types keep their engine
+# code (int64 is one type however it is spelled), bool has its own, anything else
+# (complex, strings, records, datetimes with units, other byte orders) is a 30-bit
+# hash of its full description, tagged by bit 30 so it never equals a code.
+_COPY_BOOL = SC_NDTYPES
+_COPY_HASHED = 1 << 30
+cdef dict _copy_code_by_dtype = {}
+
+
+def _copy_code_of(dt):
+    code = _copy_code_by_dtype.get(dt)
+    if code is None:
+        if dt.kind == "b":
+            code = _COPY_BOOL
+        elif dt.isnative and dt.num < MAX_BUILTIN_NUM and _code_by_num[dt.num] >= 0:
+            code = _code_by_num[dt.num]
+        elif dt.num in _code_by_user_num:
+            code = _code_by_user_num[dt.num]
+        else:
+            text = f"{dt.str}|{dt.descr if dt.fields else ''}|{dt.shape}".encode()
+            digest = int.from_bytes(hashlib.blake2b(text, digest_size=4).digest(), "little")
+            code = _COPY_HASHED | (digest & (_COPY_HASHED - 1))
+            _TYPE_NAMES[code] = str(dt)
+        if len(_copy_code_by_dtype) < 4096:
+            _copy_code_by_dtype[dt] = code
+    return code
+
+
+_TYPE_NAMES = {}
+
+
+cdef inline int copy_code(cnp.ndarray a) except -1:
+    """The type code a copy-only collective publishes for `a` (see _copy_code_of)."""
+    cdef int num = cnp.PyArray_TYPE(a)
+    if num < MAX_BUILTIN_NUM and _code_by_num[num] >= 0 and cnp.PyArray_ISNOTSWAPPED(a):
+        return _code_by_num[num]
+    return _copy_code_of(a.dtype)
 
 
 cdef int dtype_code(cnp.ndarray a) except -1:
@@ -216,16 +275,45 @@ cdef int check_copyable(cnp.ndarray a) except -1:
 
 
 cdef class Segment:
-    """A mapping of one shared segment (the name is managed by shmcoll.segment)."""
+    """A mapping of one shared segment (the name is managed by shmcoll.segment).  It
+    keeps a descriptor of the segment's file, through which ranks reserve memory for
+    their channels at first use (sc_reserve)."""
     cdef void *base
     cdef readonly size_t size
+    cdef int fd
 
     def __cinit__(self, int fd, size_t size):
         cdef int err = 0
+        self.fd = -1
         self.base = sc_map(fd, size, &err)
         if self.base == NULL:
             raise SegmentError(f"cannot map the shared segment: {_strerror(err)}")
         self.size = size
+        self.fd = dup(fd)
+
+    def identity(self):
+        """(device, inode) of the segment's file."""
+        st = os.fstat(self.fd)
+        return st.st_dev, st.st_ino
+
+    def reserve(self, size_t offset, size_t length):
+        """Back [offset, offset + length) with memory now; 0 or an errno."""
+        return sc_reserve(self.fd, offset, length)
+
+    def reserve_ring(self, int world, params):
+        """Back every rank's ring channel with memory now; 0 or an errno."""
+        cdef sc_params p = _params(params)
+        return sc_reserve_ring(self.fd, world, &p)
+
+    def refuse(self, int rank, int reason, int64_t expected, int64_t got):
+        """Refuse `rank` at join: every rank of the job fails at once naming why."""
+        sc_segment_refuse(self.base, self.size, rank, reason, expected, got)
+
+    def refusal(self):
+        """The JoinRefusedError of a job refused at join, or None."""
+        cdef int64_t info[4]
+        sc_segment_refusal(self.base, self.size, info)
+        return _refusal_error(info) if info[1] else None
 
     def format(self, int world, params, uint64_t token, int pid):
         cdef sc_params p = _params(params)
@@ -251,6 +339,45 @@ cdef class Segment:
     def __dealloc__(self):
         sc_unmap(self.base, self.size)
         self.base = NULL
+        if self.fd >= 0:
+            close_fd(self.fd)
+            self.fd = -1
+
+
+REFUSE_WORLD, REFUSE_RANK_TAKEN, REFUSE_COLLISION, REFUSE_NO_SPACE = (
+    SC_REFUSE_WORLD, SC_REFUSE_RANK_TAKEN, SC_REFUSE_COLLISION, SC_REFUSE_NO_SPACE)
+
+
+def _refusal_error(info):
+    rank, reason, expected, got = (int(v) for v in info[:4])
+    if reason == SC_REFUSE_WORLD:
+        why = f"rank {rank} passed world size {got}, but the job was created for {expected}"
+    elif reason == SC_REFUSE_RANK_TAKEN:
+        why = f"rank {rank} is already taken by another process of this job (pid {expected})"
+    elif reason == SC_REFUSE_COLLISION:
+        why = (f"a second job is forming under the same job name (its rank 0, pid {got}, "
+               f"found this one's, pid {expected}); which process belongs to which job "
+               f"cannot be told, so neither forms: give concurrent jobs distinct names")
+    elif reason == SC_REFUSE_NO_SPACE:
+        why = (f"/dev/shm is too full: rank {rank} needed {expected} more bytes for its "
+               f"channel, {got} were free")
+    else:
+        why = f"rank {rank} was refused (reason code {reason}: the segment is corrupt)"
+    return JoinRefusedError(f"the job cannot form: {why}", rank, reason)
+
+
+def layout():
+    """Offsets of the segment's parts (sc_layout), for tests that corrupt it."""
+    cdef int64_t out[8]
+    sc_layout(out)
+    names = ("attached", "ranks", "rank_block", "calls", "call_slot", "call_fields", "state",
+             "pid")
+    return {n: int(out[i]) for i, n in enumerate(names)}
+
+
+def control_bytes(int world):
+    """Bytes every job of `world` ranks touches whatever it runs (reserved at creation)."""
+    return sc_control_bytes(world)
 
 
 def pid_alive(int pid):
@@ -261,6 +388,10 @@ def pid_alive(int pid):
 def segment_size(int world, params):
     cdef sc_params p = _params(params)
     return sc_segment_size(world, &p)
+
+
+cdef extern from "pythread.h":
+    unsigned long PyThread_get_thread_ident()
 
 
 cdef extern from "Python.h":
@@ -290,8 +421,16 @@ cdef sc_params _params(object params) except *:
 
 
 def _strerror(int err):
-    import os
     return os.strerror(err) if err else "not a shmcoll segment"
+
+
+def _shm_free():
+    """Bytes free in /dev/shm, or 'unknown'."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return "unknown"
+    return st.f_bavail * st.f_frsize
 
 
 DEF AUTO_CACHE_MAX = 4096
@@ -303,6 +442,13 @@ cdef class Engine:
     `choose(collective, world, nbytes) -> code` picks the algorithm when a call
     asks for auto; its answers are cached per message size, so the cost model is
     evaluated once per size, not once per call.
+
+    One call at a time: every entry into C takes the `_active` word (under the GIL,
+    so taking it is atomic) and a second thread's call raises ConcurrentCallError
+    instead of interleaving with the first on the same channels.  close() from
+    another thread asks the running call to give up and waits for it to leave before
+    the C state is freed; from the running call's own thread (a signal handler) it
+    leaves the freeing to that call's exit.
     """
     cdef sc_comm *c
     cdef Segment seg
@@ -311,48 +457,106 @@ cdef class Engine:
     cdef public object choose
     cdef public str closed_reason
     cdef list _auto_cache
+    cdef double _timeout
+    cdef size_t _slot_bytes
+    cdef unsigned int _nslots
+    cdef int _active            # a call is inside C
+    cdef unsigned long _owner   # the thread of that call
+    cdef int _close_pending     # close() came from that thread: detach when it leaves
+    cdef bint _close_failed
     cdef object __weakref__
 
     def __cinit__(self, Segment seg, int rank, int world, uint64_t token, params):
         cdef int status = 0, last = 0
         cdef sc_params p = _params(params)
         self.seg = seg
-        self.c = sc_attach(seg.base, seg.size, rank, world, token, &p, &status, &last)
+        self.c = sc_attach(seg.base, seg.size, seg.fd, rank, world, token, &p, &status, &last)
         if self.c == NULL:
-            if status == SC_ERANKTAKEN:
-                raise SegmentError(f"rank {rank} is already taken by another process of this job")
-            if status == SC_EINVAL:
-                raise SegmentError(f"job was created for world size {seg.world()}, "
-                                   f"not {world} (rank {rank})")
+            refused = seg.refusal()
+            if status in (SC_ERANKTAKEN, SC_EINVAL, SC_ENOSPACE) and refused is not None:
+                raise refused
+            if status == SC_ENOMEM:
+                raise OutOfMemoryError(f"joining the job on rank {rank}: no memory for the "
+                                       f"communicator's process-local state")
             raise SegmentError("the shared segment is not a shmcoll segment of this job and version")
         self.rank = rank
         self.world_size = world
         self.completed_attach = last
+        self._timeout, self._slot_bytes, self._nslots = p.timeout_s, p.slot_bytes, p.nslots
         self._auto_cache = [{} for _ in range(SC_NCOLLECTIVES)]
         self.closed_reason = "the communicator is closed"
+
+    cdef int _enter(self) except -1:
+        """Take the communicator for one call (GIL held: check and set are atomic)."""
+        if self.c == NULL:
+            raise ClosedError(self.closed_reason)
+        if self._active:
+            raise ConcurrentCallError(
+                f"rank {self.rank}: another thread of this process is inside a collective on "
+                f"this communicator; a communicator serves one call at a time (use one "
+                f"communicator per thread, or serialise the calls)")
+        self._active = 1
+        self._owner = PyThread_get_thread_ident()
+        return 0
+
+    cdef void _leave(self):
+        self._active = 0
+        if self._close_pending:
+            self._close_pending = 0
+            self._detach(self._close_failed)
 
     cdef int _raise(self, int status, str what) except -1:
         if status == SC_EINTR:
             return -1       # the handler's exception (KeyboardInterrupt...) is pending
         if status == SC_EMISMATCH:
             raise _mismatch_error(self.c, what, self.rank)
-        peer = sc_error_peer(self.c)
+        cdef int peer = sc_error_peer(self.c), waited = sc_error_waited(self.c)
         where = sc_error_what(self.c).decode()
-        who = f" rank {peer}" if peer >= 0 else ""
+        if waited >= 0:
+            where = f"{where} rank {waited}"
+        here = f"{what} on rank {self.rank}"
         if status == SC_ETIMEDOUT:
-            missing = self._missing()
-            absent = f"; ranks that have not arrived: {missing}" if missing else ""
-            raise ShmTimeoutError(f"{what} on rank {self.rank} timed out {where}{who}{absent}")
+            raise self._timeout_error(here, where, waited)
         if status == SC_EPEERLOST:
-            raise PeerLostError(f"{what} on rank {self.rank}: peer{who} failed, died or closed "
-                                f"its communicator ({where})", peer)
+            who = f"rank {peer}" if peer >= 0 else "a peer"
+            raise PeerLostError(f"{here}: {who} failed, died or closed its communicator "
+                                f"(this rank was {where})", peer if peer >= 0 else None)
         if status == SC_EABORTED:
-            raise JobAbortedError(f"{what} on rank {self.rank}: another rank failed and "
-                                  f"aborted the job ({where}{who})")
+            raise JobAbortedError(f"{here}: the job was aborted by another rank or by its "
+                                  f"launcher (this rank was {where})")
+        if status == SC_EREFUSED:
+            refused = self.seg.refusal()
+            raise refused if refused is not None else JoinRefusedError(f"{here}: refused")
+        if status == SC_ECLOSED:
+            raise ClosedError(f"{here}: the communicator was closed by another thread during "
+                              f"the call (this rank was {where})")
+        if status == SC_ENOSPACE:
+            raise SharedMemoryFullError(
+                f"{here}: /dev/shm is too full to back the channel to rank {peer} "
+                f"({self._channel_bytes()} bytes needed, {_shm_free()} free); the "
+                f"communicator is unusable")
+        if status == SC_ENOMEM:
+            raise OutOfMemoryError(f"{here}: out of memory {where}")
         if status == SC_EBROKEN:
             raise CommunicatorBrokenError(
-                f"{what}: an earlier collective failed on this communicator; it is unusable")
-        raise ValueError(f"{what}: invalid arguments (status {status})")
+                f"{here}: an earlier collective failed on this communicator; it is unusable")
+        raise ValueError(f"{here}: the engine refused the arguments (status {status})")
+
+    cdef object _timeout_error(self, str here, str where, int waited):
+        """Ranks that never reached this call are named first: the rank this one was
+        waiting for may itself be waiting for them."""
+        cdef double timeout = self._timeout
+        missing = self._missing()
+        after = "" if timeout != timeout or timeout > 1e18 else f" after {timeout:g} s"
+        if missing:
+            stage = "joined the job" if sc_call_number(self.c) == 0 else "reached this call"
+            return ShmTimeoutError(f"{here} timed out{after}: rank(s) {missing} never "
+                                   f"{stage} (this rank was {where})", missing)
+        return ShmTimeoutError(f"{here} timed out{after} {where}",
+                               [waited] if waited >= 0 else [])
+
+    cdef size_t _channel_bytes(self):
+        return self._slot_bytes * self._nslots
 
     cdef list _missing(self):
         cdef int buf[1024]
@@ -369,24 +573,28 @@ cdef class Engine:
         which still belongs to the parent's rank."""
         if self.c != NULL:
             self.c = NULL   # the small process-local struct is left to the child's exit
+            self._active = self._close_pending = 0
             self.closed_reason = ("this communicator belongs to the process that created it; "
                                   "a forked child must not use it (create one per process)")
 
-    def wait_attached(self):
-        self._live()
+    cdef int _wait(self, int (*wait)(sc_comm *) noexcept nogil, str what) except -1:
+        """One call of a C wait that takes only the communicator."""
         cdef int st
-        with nogil:
-            st = sc_wait_attached(self.c)
-        if st:
-            self._raise(st, "joining the job")
+        self._enter()
+        try:
+            with nogil:
+                st = wait(self.c)
+            if st:
+                self._raise(st, what)
+        finally:
+            self._leave()
+        return 0
+
+    def wait_attached(self):
+        self._wait(sc_wait_attached, "joining the job")
 
     def barrier(self):
-        self._live()
-        cdef int st
-        with nogil:
-            st = sc_barrier(self.c)
-        if st:
-            self._raise(st, "barrier")
+        self._wait(sc_barrier, "barrier")
 
     cdef int _run(self, int collective, object algo, int dtype, int op, int root,
                   const void *x, void *out, size_t count, size_t nbytes) except -1:
@@ -396,10 +604,14 @@ cdef class Engine:
         a.algo = self._code(collective, nbytes, algo)
         a.x, a.out, a.count = x, out, count
         cdef int st
-        with nogil:
-            st = sc_run(self.c, &a)
-        if st:
-            self._raise(st, COLLECTIVE_NAMES[collective])
+        self._enter()
+        try:
+            with nogil:
+                st = sc_run(self.c, &a)
+            if st:
+                self._raise(st, COLLECTIVE_NAMES[collective])
+        finally:
+            self._leave()
         return 0
 
     cdef int _code(self, int collective, size_t nbytes, object algo) except -1:
@@ -477,7 +689,8 @@ cdef class Engine:
         cdef cnp.ndarray xa = as_input(x)
         check_copyable(xa)
         cdef cnp.ndarray oa = stacked_out(out, xa, self.world_size, self.rank)
-        self._run(SC_COLL_ALLGATHER, algo, -1, -1, -1, cnp.PyArray_DATA(xa), cnp.PyArray_DATA(oa),
+        self._run(SC_COLL_ALLGATHER, algo, copy_code(xa), -1, -1, cnp.PyArray_DATA(xa),
+                  cnp.PyArray_DATA(oa),
                   <size_t>cnp.PyArray_NBYTES(xa), <size_t>cnp.PyArray_NBYTES(oa))
         return oa
 
@@ -494,7 +707,7 @@ cdef class Engine:
         if self.rank != root:
             oa, op_ = None, NULL
         cdef size_t nb = <size_t>cnp.PyArray_NBYTES(xa)
-        self._run(SC_COLL_GATHER, algo, -1, -1, root, cnp.PyArray_DATA(xa), op_, nb,
+        self._run(SC_COLL_GATHER, algo, copy_code(xa), -1, root, cnp.PyArray_DATA(xa), op_, nb,
                   nb * self.world_size)
         return oa
 
@@ -524,7 +737,7 @@ cdef class Engine:
             oa = check_buffer(out, "out")
             check_copyable(oa)
         cdef size_t nb = <size_t>cnp.PyArray_NBYTES(oa)
-        self._run(SC_COLL_SCATTER, algo, -1, -1, root, xp, cnp.PyArray_DATA(oa), nb,
+        self._run(SC_COLL_SCATTER, algo, copy_code(oa), -1, root, xp, cnp.PyArray_DATA(oa), nb,
                   nb * self.world_size)
         return oa
 
@@ -534,10 +747,30 @@ cdef class Engine:
         cdef cnp.ndarray xa = check_buffer(x, "x")
         check_copyable(xa)
         cdef size_t nb = <size_t>cnp.PyArray_NBYTES(xa)
-        self._run(SC_COLL_BROADCAST, algo, -1, -1, root, cnp.PyArray_DATA(xa), NULL, nb, nb)
+        self._run(SC_COLL_BROADCAST, algo, copy_code(xa), -1, root, cnp.PyArray_DATA(xa), NULL,
+                  nb, nb)
         return xa
 
     def close(self, bint failed=False):
+        """Leave the job.  A call running in another thread is asked to give up
+        (ClosedError there) and waited for; a call of this very thread (close() from a
+        signal handler) is left to finish giving up, and detaches on its way out."""
+        if self.c == NULL:
+            return
+        if not self._active:
+            self._detach(failed)
+            return
+        sc_request_close(self.c)
+        self._close_failed = self._close_failed or failed
+        if self._owner == PyThread_get_thread_ident():
+            self._close_pending = 1
+            return
+        self._close_pending = 1
+        while self.c != NULL:       # the running call detaches as it leaves
+            with nogil:
+                usleep(1000)
+
+    cdef void _detach(self, bint failed):
         if self.c != NULL:
             sc_detach(self.c, failed)
             self.c = NULL
@@ -552,7 +785,8 @@ cdef class Engine:
             self.c = NULL
 
 
-CALL_FIELDS = ("collective", "count", "dtype", "op", "root", "algorithm")
+# The call record's fields in C order, then the pseudo-field SC_FIELD_SEQUENCE.
+CALL_FIELDS = ("collective", "count", "dtype", "op", "root", "algorithm", "sequence")
 COLLECTIVE_NAMES = {SC_COLL_BARRIER: "barrier", SC_COLL_ALLREDUCE: "allreduce",
                     SC_COLL_REDUCE_SCATTER: "reduce_scatter", SC_COLL_ALLGATHER: "allgather",
                     SC_COLL_BROADCAST: "broadcast", SC_COLL_REDUCE: "reduce",
@@ -567,18 +801,26 @@ def implements(collective, int algo):
 
 
 def _describe(field, value):
+    """A call record's value as text; a value no rank could have written (a corrupt
+    record) is shown as it is, never raised on."""
     if value < 0:
         return "none"
-    if field == "collective":
-        return COLLECTIVE_NAMES.get(value, str(value))
-    if field == "dtype":
-        return _NAMES.get(value, str(value))
-    if field == "op":
-        from shmcoll.ops import ReduceOp
-        return ReduceOp.from_code(value).value
-    if field == "algorithm":
-        from shmcoll.algorithms import name_of_code
-        return name_of_code(value)
+    try:
+        if field == "collective":
+            return COLLECTIVE_NAMES[value]
+        if field == "dtype":
+            return _NAMES.get(value) or _TYPE_NAMES.get(value) or (
+                "bool" if value == _COPY_BOOL else f"a type of code {value}")
+        if field == "op":
+            from shmcoll.ops import ReduceOp
+            return ReduceOp.from_code(value).value
+        if field == "algorithm":
+            from shmcoll.algorithms import name_of_code
+            return name_of_code(value)
+        if field == "sequence":
+            return f"call #{value}"
+    except (KeyError, IndexError, ValueError, TypeError):
+        return f"{value} (not a valid {field})"
     return str(value)
 
 
@@ -589,6 +831,10 @@ cdef object _mismatch_error(sc_comm *c, str what, int rank):
     a, b = info[1], info[2]
     mine, theirs = _describe(field, info[3]), _describe(field, info[4])
     unit = " (bytes)" if field == "count" and info[5] in COPY_COLLECTIVES else ""
+    if field == "sequence":
+        return MismatchError(f"{what} on rank {rank}: rank {b} ran ahead of rank {a}: its record "
+                             f"of {mine} was overwritten by {theirs}; the communicator is "
+                             f"unusable", field, (a, b))
     return MismatchError(f"{what} on rank {rank}: ranks {a} and {b} made different calls: "
                          f"{field}{unit} {mine} on rank {a}, {theirs} on rank {b}; "
                          f"the communicator is unusable", field, (a, b))

@@ -114,8 +114,8 @@ def _cleanup(argv):
     opts = p.parse_args(argv)
     stale = segment.stale_entries()
     for name in stale:
-        if not opts.dry_run:
-            segment.unlink(name)
+        if not opts.dry_run and not segment.remove_stale(name):
+            continue
         print(f"{'stale' if opts.dry_run else 'removed'} /dev/shm{name}")
     print(f"# {len(stale)} stale entr{'y' if len(stale) == 1 else 'ies'}"
           f"{' (dry run)' if opts.dry_run else ' removed'}; live jobs untouched")

@@ -1,6 +1,7 @@
 """Communicator: argument checking and dispatch to the engine; no data loops here."""
 import operator
 import os
+import time
 import weakref
 
 import numpy as np
@@ -19,12 +20,18 @@ def _op(op):
         return op_code(op)
 
 
-def _root(root):
-    if isinstance(root, bool) or not isinstance(root, int):
+def _root(root, world):
+    """`root` as a rank of a job of `world` ranks: an integer (bool is not a rank) in
+    range, else TypeError / ValueError before anything is published."""
+    if type(root) is not int:
+        if isinstance(root, bool):
+            raise TypeError(f"root must be an integer rank, got {root!r}")
         try:
-            return operator.index(root)
+            root = operator.index(root)
         except TypeError:
             raise TypeError(f"root must be an integer rank, got {root!r}") from None
+    if not 0 <= root < world:
+        raise ValueError(f"root {root} is out of range for world size {world}")
     return root
 
 
@@ -111,8 +118,8 @@ class Communicator:
     def reduce(self, x, out=None, op="sum", root=0, algo=None):
         """Reduce x over all ranks into `root`: returns the result there, None elsewhere."""
         if is_device_array(x):
-            return self._device().reduce(x, out, _op(op), _root(root), algo)
-        return self._engine.reduce(x, out, _op(op), _root(root), algo)
+            return self._device().reduce(x, out, _op(op), _root(root, self.world_size), algo)
+        return self._engine.reduce(x, out, _op(op), _root(root, self.world_size), algo)
 
     def reduce_scatter(self, x, out=None, op="sum", algo=None):
         """Reduce x over all ranks; rank r gets rows [r*m, (r+1)*m) of the result,
@@ -131,23 +138,23 @@ class Communicator:
         """`root` gets the stack of all ranks' x, shape (world_size, *x.shape); other
         ranks get None."""
         if is_device_array(x):
-            return self._device().gather(x, out, _root(root), algo)
-        return self._engine.gather(x, out, _root(root), algo)
+            return self._device().gather(x, out, _root(root, self.world_size), algo)
+        return self._engine.gather(x, out, _root(root, self.world_size), algo)
 
     def scatter(self, x, out=None, root=0, algo=None):
         """Row r of the root's x, shape (world_size, *s), goes to rank r.  Other ranks
         pass x=None and `out` (their receive buffer of shape s), or an x of the
         root's shape and dtype (only its shape is used) to have out allocated."""
         if is_device_array(x) or (x is None and is_device_array(out)):
-            return self._device().scatter(x, out, _root(root), algo)
-        return self._engine.scatter(x, out, _root(root), algo)
+            return self._device().scatter(x, out, _root(root, self.world_size), algo)
+        return self._engine.scatter(x, out, _root(root, self.world_size), algo)
 
     def broadcast(self, x, root=0, algo=None):
         """Copy the root's x into x on every rank (in place; x must be a writeable,
         C-contiguous array of the same size everywhere).  Returns x."""
         if is_device_array(x):
-            return self._device().broadcast(x, _root(root), algo)
-        return self._engine.broadcast(x, _root(root), algo)
+            return self._device().broadcast(x, _root(root, self.world_size), algo)
+        return self._engine.broadcast(x, _root(root, self.world_size), algo)
 
     def barrier(self):
         """Return once every rank has entered the barrier."""
@@ -187,17 +194,30 @@ class Communicator:
         return f"<shmcoll.Communicator rank {self.rank} of {self.world_size}, {state}>"
 
 
-def _join(seg, name, rank, world, token, params):
-    """Attach to a mapped segment, wait for every rank, then unlink the name."""
+def _join(seg, name, rank, world, token, params, grace=0.0):
+    """Attach to a mapped segment, wait for every rank, then unlink the name.
+
+    With a grace (join mode without a launch instance id) the name stays visible that
+    long after the job formed, and rank 0 unlinks it after: a second job arriving
+    under the same name meanwhile (a second rank 0, a rank already taken) refuses
+    this one on every rank before any rank returns, rather than let two launches form
+    jobs out of each other's ranks."""
     rules = selector.parse_overrides(get("SHMCOLL_ALGO"))
     engine = _engine.Engine(seg, rank, world, token, params)
     try:
-        if engine.completed_attach:
+        if engine.completed_attach and not grace:
             segment.unlink(name)
         engine.wait_attached()
+        if grace:
+            time.sleep(grace)
+            refused = seg.refusal()
+            if refused is not None:
+                raise refused
+            if rank == 0:
+                segment.unlink_if_ours(name, seg)
     except BaseException:
         engine.close(failed=True)
-        segment.unlink(name)
+        segment.unlink_if_ours(name, seg)
         raise
     return Communicator(engine, rules, params.timeout)
 
@@ -214,8 +234,11 @@ def init(rank=None, world_size=None, job=None, timeout=None, bind=None):
     """Join a job by name, for processes started by anything else.
 
     Defaults come from SHMCOLL_RANK, SHMCOLL_WORLD_SIZE and SHMCOLL_JOB.  All
-    processes passing the same job name form one communicator; rank 0 creates the
-    shared segment and the others wait for it (up to the timeout).  `bind` pins this
+    processes passing the same job name (and launch instance, SHMCOLL_JOB_INSTANCE or
+    the launcher's id) form one communicator; rank 0 creates the shared segment and
+    the others wait for it (up to the timeout).  Without an instance id a formed job
+    keeps its name visible SHMCOLL_JOIN_GRACE seconds before returning, so that two
+    jobs started at once under one name are refused rather than mixed.  `bind` pins this
     rank as launch(bind=...) would ("core", "llc", "numa"; see shmcoll.topology).
     """
     rank = get("SHMCOLL_RANK") if rank is None else rank
@@ -235,12 +258,13 @@ def init(rank=None, world_size=None, job=None, timeout=None, bind=None):
     if bind is not None:
         from shmcoll import topology
         topology.bind_self(topology.placement(topology.discover(), world_size, bind)[rank])
-    name, token = segment.job_identity(job)
+    instance = segment.launch_instance()
+    name, token = segment.job_identity(job, instance)
+    grace = 0.0 if instance is not None or world_size == 1 else get("SHMCOLL_JOIN_GRACE")
     if rank == 0:
         seg = segment.create_for_job(name, world_size, params, token)
     else:
+        # a world size other than the job's is refused by the attach, which tells
+        # every rank of the job at once
         seg = segment.wait_for_job(name, params.timeout)
-        if seg.world() != world_size:
-            raise SegmentError(f"job {job!r} was created for world size {seg.world()}, "
-                               f"but rank {rank} passed world_size={world_size}")
-    return _join(seg, name, rank, world_size, token, params)
+    return _join(seg, name, rank, world_size, token, params, grace)

@@ -28,7 +28,8 @@ class Setting:
 
 SETTINGS = {s.name: s for s in (
     Setting("SHMCOLL_TIMEOUT", float, 300.0,
-            "Seconds any wait for a peer may last before shmcoll.TimeoutError."),
+            "Seconds any wait for a peer may last before shmcoll.TimeoutError; 'inf' waits "
+            "without a deadline (a dead peer, an abort or Ctrl-C still end the wait)."),
     Setting("SHMCOLL_SPIN_US", float, None,
             "Microseconds a waiting rank busy-polls before it starts yielding its core; "
             "default: 50, or 0 when ranks outnumber the usable CPUs (a spinning rank would "
@@ -56,6 +57,16 @@ SETTINGS = {s.name: s for s in (
     Setting("SHMCOLL_WORLD_SIZE", int, None, "Join mode: number of ranks (shmcoll.init)."),
     Setting("SHMCOLL_JOB", str, None,
             "Join mode: job name; processes passing the same name form one communicator."),
+    Setting("SHMCOLL_JOB_INSTANCE", str, None,
+            "Join mode: an id of this launch of the job (any string, the same on all its "
+            "ranks), so that two launches under one job name never share a segment.  "
+            "Default: the launcher's own id where it gives one (Slurm's job and step id, "
+            "PMIx's namespace, Open MPI's job id), else none."),
+    Setting("SHMCOLL_JOIN_GRACE", float, 0.25,
+            "Join mode without a launch instance id: seconds a formed job keeps its name "
+            "visible before init() returns, so that a second job starting under the same "
+            "name at the same moment (which processes belong to which cannot be told) "
+            "refuses both instead of forming them with each other's ranks; 0 disables."),
     Setting("SHMCOLL_CUDA_BUFFER_BYTES", int, 32 << 20,
             "Device arrays: bytes of each rank's CUDA IPC staging buffer (it holds two "
             "halves of this size); larger messages go through it in pieces."),
@@ -79,6 +90,15 @@ def get(name, environ=None):
 
 
 DEFAULT_SPIN_US = 50.0
+
+
+def validate_timeout(timeout):
+    """A timeout is a positive number of seconds; infinity means no deadline."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds, got {timeout!r}")
+    if not timeout > 0:     # also refuses NaN
+        raise ValueError(f"timeout must be positive seconds or float('inf'), got {timeout}")
+    return float(timeout)
 
 
 def usable_cpus():
@@ -136,7 +156,8 @@ class EngineParams:
         spin = get("SHMCOLL_SPIN_US")
         if spin is None:
             spin = DEFAULT_SPIN_US if world <= usable_cpus() else 0.0
-        params = cls(timeout=float(get("SHMCOLL_TIMEOUT") if timeout is None else timeout),
+        params = cls(timeout=validate_timeout(get("SHMCOLL_TIMEOUT") if timeout is None
+                                              else timeout),
                      spin_us=spin, yield_us=get("SHMCOLL_YIELD_US"),
                      slot_bytes=get("SHMCOLL_SLOT_BYTES"), nslots=get("SHMCOLL_SLOTS"),
                      stream_bytes=get("SHMCOLL_STREAM_BYTES"))
@@ -144,8 +165,7 @@ class EngineParams:
         return params
 
     def validate(self):
-        if not self.timeout > 0:
-            raise ValueError(f"timeout must be positive, got {self.timeout}")
+        validate_timeout(self.timeout)
         if self.slot_bytes < 64 or self.slot_bytes % 64:
             raise ValueError(f"SHMCOLL_SLOT_BYTES must be a multiple of 64, got {self.slot_bytes}")
         if self.nslots < 2:

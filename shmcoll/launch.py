@@ -47,7 +47,7 @@ def launch(fn, nprocs, args=(), timeout=None, bind=None):
             reader, writer = ctx.Pipe(duplex=False)
             proc = ctx.Process(target=_rank_main, name=f"shmcoll-rank-{rank}",
                                args=(fn, args, rank, nprocs, name, token, params, writer,
-                                     places[rank]))
+                                     places[rank], os.getpid()))
             proc.start()
             writer.close()
             procs.append(proc)
@@ -135,21 +135,25 @@ def _stop(procs):
             p.join()
 
 
-def _die_with_parent():
-    """Ask the kernel to SIGKILL this rank if the launcher dies (Linux)."""
+def _die_with_parent(launcher_pid, name):
+    """Ask the kernel to SIGKILL this rank if the launcher dies (Linux).  A launcher
+    that died before the request was made is seen as a parent other than the launcher
+    (init, or a subreaper such as systemd --user, tini or a container's init): the
+    job is over, and the name it left behind is removed on the way out."""
     try:
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL)          # PR_SET_PDEATHSIG
-        if os.getppid() == 1:
-            os._exit(1)
     except (OSError, AttributeError):
         pass
+    if os.getppid() != launcher_pid:
+        segment.unlink(name)
+        os._exit(1)
 
 
-def _rank_main(fn, args, rank, world, name, token, params, conn, cpus=None):
+def _rank_main(fn, args, rank, world, name, token, params, conn, cpus=None, launcher_pid=None):
     from shmcoll.communicator import attach
-    _die_with_parent()
+    _die_with_parent(os.getppid() if launcher_pid is None else launcher_pid, name)
     if cpus is not None:
         from shmcoll.topology import bind_self
         bind_self(cpus)

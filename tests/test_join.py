@@ -47,7 +47,7 @@ def test_missing_rank_times_out_with_a_clear_error():
         assert code != 0
         assert "TimeoutError" in err
         # rank 2 never comes; under load the other may not have attached in time either
-        assert re.search(r"ranks that have not arrived: \[(1, )?2\]", err) or "rank 0" in err, err
+        assert re.search(r"rank\(s\) \[(1, )?2\] never joined the job", err) or "rank 0" in err, err
 
 
 def test_rank_zero_absent_times_out():
@@ -69,3 +69,90 @@ def test_single_process_job_in_this_process():
     with shmcoll.init(rank=0, world_size=1, job="solo-" + secrets.token_hex(4)) as comm:
         assert comm.allreduce([1.0, 2.0]).tolist() == [1.0, 2.0]
     assert comm.closed
+
+
+def _twins(job, starts, **env):
+    """Jobs A (values 1) and B (values 100) of two ranks each under one job name; the
+    process (job, rank) sleeps until starts[(job, rank)].  Returns each one's outcome
+    in the order A0, A1, B0, B1."""
+    import time
+    from procs import cleaned_up
+    t0 = time.time() + 1.5
+    procs = [spawn("same_name_rank.py", str(value), str(t0 + starts[(j, r)]), "10",
+                   **rank_env(job, r, 2), **env.get(j, {}))
+             for j, value in (("A", 1), ("B", 100)) for r in range(2)]
+    with cleaned_up(procs, [segment.job_identity(job)[0]]):
+        return [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+
+
+def _never_mixed(outcomes):
+    for (kind, value), own in zip(outcomes, (2, 2, 200, 200)):
+        if kind == "ok":
+            assert value == own, outcomes
+        else:
+            assert kind in ("JoinRefusedError", "TimeoutError"), outcomes
+
+
+SAME_MOMENT = {(j, r): 0.0 for j in "AB" for r in range(2)}
+
+
+def test_two_launches_with_instance_ids_under_one_name_both_form():
+    for round_ in range(2):
+        job = "twin-" + secrets.token_hex(4)
+        outcomes = _twins(job, SAME_MOMENT, A={"SHMCOLL_JOB_INSTANCE": "launch-a"},
+                          B={"SHMCOLL_JOB_INSTANCE": "launch-b"})
+        assert outcomes == [["ok", 2.0], ["ok", 2.0], ["ok", 200.0], ["ok", 200.0]], outcomes
+
+
+def test_two_jobs_started_at_once_under_one_name_never_mix_members():
+    """No instance id: a rank gets its own job's sum or a clear error, never a sum of
+    members of both jobs."""
+    grace = {"SHMCOLL_JOIN_GRACE": "2"}
+    for round_ in range(2):
+        _never_mixed(_twins("twin-" + secrets.token_hex(4), SAME_MOMENT, A=grace, B=grace))
+
+
+def test_interleaved_arrivals_that_would_swap_members_are_refused_on_every_rank():
+    """A0 creates, B1 joins it (the job is complete), then B0 and A1 arrive: without
+    the grace both jobs would form, each with the other's rank 1."""
+    grace = {"SHMCOLL_JOIN_GRACE": "3"}
+    starts = {("A", 0): 0.0, ("B", 1): 0.3, ("B", 0): 0.9, ("A", 1): 1.2}
+    outcomes = _twins("twin-" + secrets.token_hex(4), starts, A=grace, B=grace)
+    assert [kind for kind, _ in outcomes] == ["JoinRefusedError"] * 4, outcomes
+
+
+def test_launch_instance_comes_from_the_launcher():
+    assert segment.launch_instance({}) is None
+    assert segment.launch_instance({"SHMCOLL_JOB_INSTANCE": "x", "PMIX_NAMESPACE": "p"}) == "x"
+    assert segment.launch_instance({"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0"}) == \
+        "SLURM_JOB_ID=7/SLURM_STEP_ID=0"
+    assert segment.launch_instance({"SLURM_JOB_ID": "7"}) is None     # a job, not a step
+    assert segment.job_identity("j", "a") != segment.job_identity("j", "b") != \
+        segment.job_identity("j")
+
+
+def _wait_attached(job, ranks, procs):
+    """Until `ranks` of the forming job have attached to its segment."""
+    import time
+    name, _ = segment.job_identity(job)
+    deadline = time.monotonic() + 60
+    while True:
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+        seg = segment.open_existing(name)
+        pids = seg.pids() if seg is not None else None
+        if pids and all(pids[1 + r] > 0 for r in ranks):
+            return
+        time.sleep(0.02)
+
+
+def test_refused_rank_makes_every_rank_fail_at_once():
+    """Ranks 0 and 1 have attached when rank 2 arrives with another world size: all
+    three fail at once naming it (their timeout is far longer than the test may take).
+    (A rank arriving after the refused job unwound waits for a new rank 0 instead.)"""
+    job = "test-" + secrets.token_hex(4)
+    procs = [spawn("join_rank.py", "600", **rank_env(job, r, 3)) for r in (0, 1)]
+    _wait_attached(job, (0, 1), procs)
+    wrong = spawn("join_rank.py", "600", **rank_env(job, 2, 4))
+    for code, _, err in finish(procs + [wrong]):
+        assert code != 0
+        assert "JoinRefusedError" in err and "rank 2 passed world size 4" in err, err

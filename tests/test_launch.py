@@ -60,7 +60,7 @@ def test_collective_timeout_raises_timeout_error_naming_the_wait():
         shmcoll.launch(sleep_then_allreduce, 2, args=(1, 5.0), timeout=0.5)
     failure = info.value.failures[0]
     assert "TimeoutError" in failure and "allreduce" in failure and "rank 1" in failure
-    assert "ranks that have not arrived: [1]" in failure
+    assert "rank(s) [1] never reached this call" in failure
 
 
 def test_bad_nprocs():

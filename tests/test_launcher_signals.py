@@ -33,3 +33,18 @@ def test_signalled_launcher_leaves_no_rank_and_no_entry(sig):
             time.sleep(0.05)
         assert not any(alive(p) for p in pids)
         assert set(segment.list_entries()) <= before
+
+
+def test_launcher_killed_under_a_subreaper_takes_its_starting_ranks_along():
+    """Killed before its ranks asked to die with it, under a subreaper the ranks are
+    re-parented to that process, not to init: they must still notice and exit."""
+    import json
+    from procs import run
+    before = set(segment.list_entries())
+    res = run("subreaper_harness.py", timeout=120)
+    assert res.returncode == 0, res.stderr
+    report = json.loads(res.stdout)
+    if "skip" in report:
+        pytest.skip(report["skip"])
+    assert report["orphans"] >= 2 and report["survivors"] == 0, report
+    assert set(segment.list_entries()) <= before

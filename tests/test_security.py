@@ -42,13 +42,17 @@ def test_launch_names_carry_128_random_bits():
     assert len(names) == 100 and all(len(n.rsplit(".", 1)[1]) == 32 for n in names)
 
 
-def test_second_process_claiming_a_rank_is_refused():
+def test_second_process_claiming_a_rank_is_refused_on_every_rank_at_once():
     job = "sec-" + secrets.token_hex(4)
-    # rank 2 never comes, so the job stays open long enough for both claims of rank 1
-    procs = [join(job, 0, 3, timeout=10), join(job, 1, 3, timeout=10), join(job, 1, 3, timeout=10)]
-    errs = [p.communicate(timeout=60)[1] for p in procs]
-    assert sum("rank 1 is already taken" in e for e in errs) == 1
-    assert all(p.returncode != 0 for p in procs)       # rank 2 never came: the others time out
+    # rank 2 never comes, so the job stays open for both claims of rank 1; the timeout
+    # is far longer than the test may take: every rank must learn of the refusal at once
+    procs = [join(job, 0, 3, timeout=600), join(job, 1, 3, timeout=600),
+             join(job, 1, 3, timeout=600)]
+    with cleaned_up(procs, [segment.job_identity(job)[0]]):
+        errs = [p.communicate(timeout=60)[1] for p in procs]
+    assert all(p.returncode != 0 for p in procs)
+    for err in errs:
+        assert "JoinRefusedError" in err and "rank 1 is already taken" in err, err
 
 
 def test_world_size_disagreement_is_refused():
@@ -59,18 +63,25 @@ def test_world_size_disagreement_is_refused():
         wait_for_entry(name, first)
         second = join(job, 1, 3)
         err = second.communicate(timeout=60)[1]
-        assert second.returncode != 0 and "world size 2" in err and "world_size=3" in err
+        assert second.returncode != 0
+        assert "rank 1 passed world size 3, but the job was created for 2" in err, err
+        first_err = first.communicate(timeout=60)[1]        # rank 0 learns of it at once
+        assert first.returncode != 0 and "passed world size 3" in first_err, first_err
 
 
-def test_job_name_in_use_by_a_live_job_is_refused():
+def test_second_job_forming_under_a_live_jobs_name_refuses_both():
+    """Which arriving process belongs to which job cannot be told from the name: a
+    second rank 0 refuses the forming job on all its ranks and raises itself."""
     job = "sec-" + secrets.token_hex(4)
     name, _ = segment.job_identity(job)
-    first = join(job, 0, 2, timeout=10)
+    first = join(job, 0, 2, timeout=600)
     with cleaned_up([first], [name]):
         wait_for_entry(name, first)
         second = join(job, 0, 2)
         err = second.communicate(timeout=60)[1]
-        assert second.returncode != 0 and "already in use" in err
+        assert second.returncode != 0 and "second job is forming under the same job name" in err
+        first_err = first.communicate(timeout=60)[1]
+        assert first.returncode != 0 and "second job is forming" in first_err, first_err
 
 
 def test_fuzzed_segment_headers_never_crash_an_attach():
@@ -123,3 +134,93 @@ def test_job_names_are_keyed_by_a_private_per_user_secret():
     import hashlib
     unkeyed = hashlib.blake2b(f"{os.geteuid()}:same-job".encode(), digest_size=24).digest()
     assert unkeyed[:16].hex() not in other                    # not computable without the key
+
+
+def _key_in(env, timeout=60):
+    res = run("-c", "from shmcoll import segment; print(segment._job_key().hex())",
+              timeout=timeout, **env)
+    return res
+
+
+KEY_RACER = """
+import os, sys, time
+from shmcoll import segment
+base, t0, rounds = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+for i in range(rounds):
+    os.environ["XDG_CACHE_HOME"] = os.path.join(base, str(i))
+    time.sleep(max(0.0, t0 + 0.05 * i - time.time()))
+    print(segment._job_key().hex(), flush=True)
+"""
+
+
+def test_racing_first_use_of_the_key_gives_every_process_the_same_key(tmp_path):
+    """Processes reach for the key of a fresh cache directory at one instant, round
+    after round: the key is published whole (temporary file, then link), so in every
+    round all read the same 32 bytes and no temporary file is left."""
+    rounds, racers = 60, 6
+    t0 = time.time() + 3.0
+    procs = [spawn("-c", KEY_RACER, str(tmp_path), str(t0), str(rounds)) for _ in range(racers)]
+    with cleaned_up(procs):
+        outputs = []
+        for p in procs:
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err
+            outputs.append(out.split())
+    for i in range(rounds):
+        keys = {out[i] for out in outputs}
+        assert len(keys) == 1 and len(keys.pop()) == 64, (i, {out[i] for out in outputs})
+        assert sorted(os.listdir(tmp_path / str(i) / "shmcoll")) == ["job-key"]
+
+
+def test_four_ranks_joining_on_a_fresh_cache_form_the_job(tmp_path):
+    for round_ in range(2):
+        job = "fresh-" + secrets.token_hex(4)
+        env = {"XDG_CACHE_HOME": str(tmp_path / f"c{round_}"), "SHMCOLL_JOB": job,
+               "SHMCOLL_WORLD_SIZE": 4}
+        procs = [spawn("join_rank.py", "30", SHMCOLL_RANK=r, **env) for r in range(4)]
+        with cleaned_up(procs):
+            for p in procs:
+                out, err = p.communicate(timeout=120)
+                assert p.returncode == 0, err
+
+
+def test_unwritable_cache_falls_back_to_a_private_directory(tmp_path):
+    env = {"XDG_CACHE_HOME": "/dev/null/cache", "XDG_RUNTIME_DIR": "", "TMPDIR": str(tmp_path)}
+    first, second = _key_in(env), _key_in(env)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr
+    assert first.stdout == second.stdout and len(first.stdout.strip()) == 64
+    private = tmp_path / f"shmcoll-{os.geteuid()}"
+    assert stat.S_IMODE(os.stat(private).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(private / "job-key").st_mode) == 0o600
+
+
+@pytest.mark.parametrize("plant", ["file", "open-dir", "link"])
+def test_no_private_directory_refuses_instead_of_weakening_names(tmp_path, plant):
+    private = tmp_path / f"shmcoll-{os.geteuid()}"
+    if plant == "file":
+        private.write_text("")
+    elif plant == "open-dir":
+        private.mkdir()
+        os.chmod(private, 0o777)
+    else:
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        os.symlink(tmp_path / "elsewhere", private)
+    env = {"XDG_CACHE_HOME": "/dev/null/cache", "XDG_RUNTIME_DIR": "", "TMPDIR": str(tmp_path)}
+    res = run("-c", "import shmcoll; shmcoll.init(rank=0, world_size=1, job='j')", **env)
+    assert res.returncode != 0 and "SegmentError" in res.stderr, res.stderr
+    assert "no private writable directory" in res.stderr
+
+
+@pytest.mark.parametrize("plant", ["link", "short", "shared"])
+def test_a_planted_key_is_refused(tmp_path, plant):
+    directory = tmp_path / "shmcoll"
+    directory.mkdir(mode=0o700)
+    key = directory / "job-key"
+    if plant == "link":
+        (tmp_path / "their-key").write_bytes(b"k" * 32)
+        os.symlink(tmp_path / "their-key", key)
+    else:
+        key.write_bytes(b"k" * (4 if plant == "short" else 32))
+        os.chmod(key, 0o644 if plant == "shared" else 0o600)
+    res = _key_in({"XDG_CACHE_HOME": str(tmp_path)})
+    assert res.returncode != 0 and "SegmentError" in res.stderr and "job key" in res.stderr

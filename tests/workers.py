@@ -182,15 +182,19 @@ def chosen_algorithms(comm):
 
 
 def _call(comm, spec):
+    """One call described by (kind, count, dtype, op, algo[, root]); a count of -1 is
+    a 0-d array."""
     kind, count, dtype, op, algo = spec[:5]
     root = spec[5] if len(spec) > 5 else 0
-    x = np.ones(count, dtype)
+    if kind == "sleep":
+        return time.sleep(count / 1000)
+    x = np.ones(count, dtype) if count >= 0 else np.ones((), dtype)
     if kind == "barrier":
         return comm.barrier()
     if kind == "allgather":
-        return comm.allgather(x)
+        return comm.allgather(x, algo=algo)
     if kind == "reduce_scatter":
-        return comm.reduce_scatter(x, op=op)
+        return comm.reduce_scatter(np.ones(count * comm.world_size, dtype), op=op, algo=algo)
     if kind == "broadcast":
         return comm.broadcast(x, root=root, algo=algo)
     if kind == "reduce":
@@ -201,6 +205,30 @@ def _call(comm, spec):
         rows = np.ones((comm.world_size, count), dtype) if comm.rank == root else None
         return comm.scatter(rows, out=np.empty(count, dtype), root=root, algo=algo)
     return comm.allreduce(x, op=op, algo=algo)
+
+
+def _outcome(call):
+    try:
+        call()
+        return ("ok", None, None)
+    except Exception as e:  # noqa: BLE001 - the test inspects it
+        return (type(e).__name__, getattr(e, "field", None), str(e))
+
+
+def call_sequences(comm, job, cases, timeout=20):
+    """For each case (one list of calls per rank), a fresh communicator of this job's
+    ranks (joined by name) on which rank r makes the calls of its list in order.
+    Returns, per case, the outcome of each of this rank's calls."""
+    import shmcoll
+    os.environ["SHMCOLL_JOIN_GRACE"] = "0"     # one job per name here: formation is not the test
+    results = []
+    for i, per_rank in enumerate(cases):
+        sub = shmcoll.init(rank=comm.rank, world_size=comm.world_size, job=f"{job}-{i}",
+                           timeout=timeout)
+        with sub:
+            results.append([_outcome(lambda: _call(sub, spec)) for spec in per_rank[comm.rank]])
+        comm.barrier()
+    return results
 
 
 def mismatched_calls(comm, specs):
@@ -481,3 +509,145 @@ def cupy_stream_order(comm):
         ok = bool((y == comm.world_size * (comm.world_size + 1) // 2).all())
     comm.synchronize()
     return ok
+
+
+def typed_broadcasts(comm, job, cases):
+    """Per case, rank r broadcasts (root 0) an array of dtype cases[i][r] holding 8
+    bytes; returns (outcome, received bytes) per case."""
+    import shmcoll
+    os.environ["SHMCOLL_JOIN_GRACE"] = "0"
+    results = []
+    for i, dtypes in enumerate(cases):
+        dt = np.dtype(dtypes[comm.rank])
+        nbytes = 8
+        raw = np.arange(nbytes, dtype=np.uint8) + 1 if comm.rank == 0 else np.zeros(nbytes, np.uint8)
+        x = raw.view(dt) if nbytes % dt.itemsize == 0 else raw[:dt.itemsize].view(dt)
+        with shmcoll.init(rank=comm.rank, world_size=comm.world_size, job=f"{job}-{i}",
+                          timeout=20) as sub:
+            outcome = _outcome(lambda: sub.broadcast(x, root=0))
+        results.append((outcome, x.view(np.uint8).tolist()))
+        comm.barrier()
+    return results
+
+
+def _in_thread(fn):
+    """Start fn in a thread; returns (thread, box) where box["result"] gets its outcome."""
+    import threading
+    box = {}
+
+    def run():
+        try:
+            box["result"] = ("ok", fn())
+        except Exception as e:  # noqa: BLE001 - the test inspects it
+            box["result"] = (type(e).__name__, str(e))
+    t = threading.Thread(target=run)
+    t.start()
+    return t, box
+
+
+def second_thread_enters(comm, late_s=1.0):
+    """Thread A of rank 0 is inside an allreduce (rank 1 comes late_s later) when
+    rank 0's main thread calls: the main thread's call is refused, A's completes."""
+    x = np.ones(4, np.float32)
+    if comm.rank != 0:
+        time.sleep(late_s)
+        return comm.allreduce(x).tolist(), None
+    t, box = _in_thread(lambda: comm.allreduce(x).tolist())
+    time.sleep(late_s / 4)
+    second = _outcome(lambda: comm.allreduce(x))
+    t.join()
+    return box["result"], second
+
+
+def two_threads_hammer(comm, calls, count=1000):
+    """Two threads per rank call allreduce on one communicator as fast as they can:
+    thread k of rank r sends (r + 1) * 1000**k, so any result of a correct pairing of
+    threads across ranks is one of a few sums, and anything else (torn, mixed or
+    stale data) is wrong.  A refused call (ConcurrentCallError) is retried, so every
+    thread completes `calls` calls and the ranks' call counts match.
+    Returns (right results, wrong results, error type names)."""
+    import itertools
+    import threading
+    import shmcoll
+    P = comm.world_size
+    valid = {float(sum((r + 1) * 1000 ** k for r, k in enumerate(choice)))
+             for choice in itertools.product((0, 1), repeat=P)}
+    tally = {"right": 0, "wrong": 0, "errors": set()}
+    lock = threading.Lock()
+
+    def hammer(k):
+        x = np.full(count, (comm.rank + 1) * 1000 ** k, np.float64)
+        done = 0
+        while done < calls:
+            try:
+                y = comm.allreduce(x)
+            except shmcoll.ConcurrentCallError:
+                time.sleep(0)
+                continue
+            except Exception as e:  # noqa: BLE001
+                with lock:
+                    tally["errors"].add(type(e).__name__)
+                return
+            done += 1
+            ok = bool(np.all(y == y[0])) and float(y[0]) in valid
+            with lock:
+                tally["right" if ok else "wrong"] += 1
+    threads = [threading.Thread(target=hammer, args=(k,)) for k in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return tally["right"], tally["wrong"], sorted(tally["errors"])
+
+
+def close_during_call(comm, algo, late_s=1.0):
+    """Rank 0 closes its communicator from the main thread while thread A is inside an
+    allreduce that waits for rank 1 (late_s late).  Returns rank 0's (A's outcome,
+    whether A had left when close() returned, closed); rank 1's outcome."""
+    x = np.ones(1 << 16, np.float32)
+    if comm.rank != 0:
+        time.sleep(late_s)
+        res = _outcome(lambda: comm.allreduce(x, algo=algo))
+        return res[0], res[0] != "ok" or None
+    t, box = _in_thread(lambda: comm.allreduce(x, algo=algo))
+    time.sleep(late_s / 4)
+    comm.close()
+    left = not t.is_alive()
+    t.join()
+    return box["result"], left, comm.closed
+
+
+def close_from_signal_handler(comm, late_s=1.0):
+    """A SIGALRM handler closes the communicator while this very thread waits in a
+    collective: the call gives up with ClosedError and the communicator ends closed."""
+    x = np.ones(8, np.float32)
+    if comm.rank != 0:
+        time.sleep(late_s)
+        return _outcome(lambda: comm.allreduce(x))[0]
+    signal.signal(signal.SIGALRM, lambda *_: comm.close())
+    signal.setitimer(signal.ITIMER_REAL, late_s / 4)
+    outcome = _outcome(lambda: comm.allreduce(x))
+    return outcome[0], outcome[2] or "", comm.closed
+
+
+def allreduce_with_memory_limit(comm, count):
+    """A float16 rhd allreduce needs a float32 accumulator of 4 * count bytes: with
+    the address space capped below that, the engine must report an allocation
+    failure, not 'invalid arguments'."""
+    import resource
+    x = np.ones(count, np.float16)
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    with open("/proc/self/statm") as f:
+        used = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    resource.setrlimit(resource.RLIMIT_AS, (used + 2 * count, hard))
+    try:
+        return _outcome(lambda: comm.allreduce(x, algo="rhd"))
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def sleep_forever_unless_peer(comm, sleeper, seconds):
+    """Rank `sleeper` waits `seconds` before its allreduce."""
+    if comm.rank == sleeper:
+        time.sleep(seconds)
+    return _outcome(lambda: comm.allreduce(np.ones(4, np.float32)))

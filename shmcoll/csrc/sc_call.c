@@ -1,8 +1,11 @@
 /* Mismatched calls.  A rank publishes {collective, count, dtype, op, root, algorithm}
- * before it moves data, and checks a peer's call the first time it is about to
- * consume something that peer sent in this call.  A difference is recorded once in
- * the header and aborts the job with the mismatch reason, so every rank raises the
- * same MismatchError instead of hanging or reducing bytes of another call. */
+ * before it moves data, checks a peer's call the first time it is about to consume
+ * something that peer sent in this call, and before it returns checks every peer it
+ * has not checked yet.  So no rank returns success while any rank of the job made
+ * another call, whatever the schedule's shape and whether or not the call moved data;
+ * and no rank can run more than one call ahead of another.  A difference is recorded
+ * once in the header and aborts the job with the mismatch reason, so every rank raises
+ * the same MismatchError instead of hanging or reducing bytes of another call. */
 #include "sc_internal.h"
 
 void sc_call_begin(sc_comm *c, int collective, int64_t count, int dtype, int op, int root, int algo)
@@ -33,6 +36,14 @@ static void record(sc_comm *c, int field, int peer, int64_t mine, int64_t theirs
     }
 }
 
+static int mismatch(sc_comm *c, int field, int peer, int64_t mine, int64_t theirs)
+{
+    record(c, field, peer, mine, theirs);
+    c->err_peer = peer;
+    c->err_what = "checking the call of";
+    return SC_EMISMATCH;
+}
+
 int sc_call_check(sc_comm *c, int peer)
 {
     sc_call_slot *slot = &c->ranks[peer].calls[c->call_seq % SC_CALL_HISTORY];
@@ -40,19 +51,34 @@ int sc_call_check(sc_comm *c, int peer)
     int st = sc_wait_ge(c, &slot->seq, c->call_seq, peer, "waiting for the call of", &seen);
     if (st != SC_OK)
         return st;
-    if (seen != c->call_seq)
-        return SC_OK;   /* the peer ran calls ahead that moved no data; nothing to check */
-    for (int f = 0; f < SC_CALL_FIELDS; f++) {
-        int64_t mine = c->call.field[f], theirs = slot->call.field[f];
-        if (mine != theirs) {
-            record(c, f, peer, mine, theirs);
-            c->err_peer = peer;
-            c->err_what = "checking the call of";
-            return SC_EMISMATCH;
-        }
+    sc_call theirs = slot->call;
+    /* A later call may overwrite the entry while we read it: the copy counts only if
+     * the sequence number is still ours afterwards. */
+    atomic_thread_fence(memory_order_acquire);
+    uint64_t after = atomic_load_explicit(&slot->seq.value, memory_order_relaxed);
+    if (seen != c->call_seq || after != seen)
+        return mismatch(c, SC_FIELD_SEQUENCE, peer, (int64_t)c->call_seq, (int64_t)after);
+    for (int f = 0; f < SC_CALL_FIELDS; f++)
+        if (c->call.field[f] != theirs.field[f])
+            return mismatch(c, f, peer, c->call.field[f], theirs.field[f]);
+    return SC_OK;
+}
+
+int sc_call_check_all(sc_comm *c)
+{
+    for (int i = 1; i < c->world; i++) {
+        int peer = (c->rank + i) % c->world;
+        if (c->recv[peer].checked == c->call_seq)
+            continue;
+        int st = sc_call_check(c, peer);
+        if (st != SC_OK)
+            return st;
+        c->recv[peer].checked = c->call_seq;
     }
     return SC_OK;
 }
+
+uint64_t sc_call_number(const sc_comm *c) { return c->call_seq; }
 
 void sc_mismatch_info(const sc_comm *c, int64_t out[6])
 {

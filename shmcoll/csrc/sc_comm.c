@@ -6,13 +6,18 @@
  *   slots (page aligned)     world x world x nslots x slot_bytes
  *
  * Slot pages are only touched for the channels an algorithm uses, so the
- * all-pairs table costs address space, not memory. */
+ * all-pairs table costs address space, not memory.  The file is sized sparsely; the
+ * control part is reserved by the creator and each channel's slots by its sender
+ * before their first touch (sc_reserve), so a full /dev/shm is an error, not SIGBUS. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "sc_copy.h"
@@ -36,6 +41,46 @@ size_t sc_off_slots(int world)
 size_t sc_channel_bytes(uint64_t slot_bytes, uint32_t nslots)
 {
     return round_up((size_t)slot_bytes * nslots, SC_PAGE);
+}
+
+size_t sc_control_bytes(int world) { return sc_off_slots(world); }
+
+int sc_reserve(int fd, size_t off, size_t len)
+{
+    if (fd < 0 || len == 0)
+        return 0;
+    int err;
+    do
+        err = posix_fallocate(fd, (off_t)off, (off_t)len);
+    while (err == EINTR);
+    /* A file system that cannot preallocate leaves the pages to first touch. */
+    return err == EOPNOTSUPP || err == ENOSYS ? 0 : err;
+}
+
+int sc_reserve_ring(int fd, int world, const sc_params *p)
+{
+    size_t chan = sc_channel_bytes(p->slot_bytes, p->nslots);
+    for (int r = 0; world > 1 && r < world; r++) {
+        size_t idx = (size_t)r * world + (size_t)((r + 1) % world);
+        int err = sc_reserve(fd, sc_off_slots(world) + idx * chan, chan);
+        if (err)
+            return err;
+    }
+    return 0;
+}
+
+/* Backs the slots of our channel e with memory (once, before its first touch). */
+static int reserve_channel(sc_comm *c, sc_endpoint *e)
+{
+    size_t len = sc_channel_bytes(c->slot_bytes, c->nslots);
+    int err = sc_reserve(c->fd, (size_t)(e->slots - c->base), len);
+    if (err) {
+        c->err_peer = e->peer;
+        c->err_what = "reserving shared memory for the channel to";
+        return err == ENOSPC ? SC_ENOSPACE : SC_ENOMEM;
+    }
+    e->reserved = 1;
+    return SC_OK;
 }
 
 size_t sc_segment_size(int world, const sc_params *p)
@@ -147,7 +192,7 @@ static void init_endpoints(sc_comm *c)
     }
 }
 
-sc_comm *sc_attach(void *base, size_t size, int rank, int world, uint64_t token,
+sc_comm *sc_attach(void *base, size_t size, int fd, int rank, int world, uint64_t token,
                    const sc_params *wait, int *status, int *last)
 {
     const sc_header *h = valid_header(base, size);
@@ -157,6 +202,8 @@ sc_comm *sc_attach(void *base, size_t size, int rank, int world, uint64_t token,
         return NULL;
     }
     if ((int)h->world != world || rank < 0 || rank >= world) {
+        if ((int)h->world != world)
+            sc_segment_refuse(base, size, rank, SC_REFUSE_WORLD, h->world, world);
         *status = SC_EINVAL;
         return NULL;
     }
@@ -172,10 +219,11 @@ sc_comm *sc_attach(void *base, size_t size, int rank, int world, uint64_t token,
         free(c);
         free(eps);
         free(scratch);
-        *status = SC_EINVAL;
+        *status = SC_ENOMEM;
         return NULL;
     }
     c->base = base;
+    c->fd = fd;
     c->size = size;
     c->hdr = (sc_header *)base;
     c->ranks = (sc_rank_block *)((char *)base + sc_off_ranks());
@@ -187,11 +235,13 @@ sc_comm *sc_attach(void *base, size_t size, int rank, int world, uint64_t token,
     c->send = eps;
     c->recv = eps + world;
     c->scratch = scratch;
-    c->err_peer = -1;
+    c->err_peer = c->err_waited = -1;
 
     sc_rank_block *me = &c->ranks[rank];
     int32_t expected = SC_RANK_EMPTY;
     if (!atomic_compare_exchange_strong(&me->state, &expected, SC_RANK_ATTACHED)) {
+        sc_segment_refuse(base, size, rank, SC_REFUSE_RANK_TAKEN,
+                          atomic_load_explicit(&me->pid, memory_order_acquire), getpid());
         free(eps);
         free(scratch);
         free(c);
@@ -201,8 +251,20 @@ sc_comm *sc_attach(void *base, size_t size, int rank, int world, uint64_t token,
     atomic_store_explicit(&me->pid, (int32_t)getpid(), memory_order_release);
     init_endpoints(c);
     /* First touch of our outgoing ring channel by its producer. */
-    if (world > 1)
-        memset(c->send[(rank + 1) % world].slots, 0, (size_t)c->slot_bytes * c->nslots);
+    if (world > 1) {
+        sc_endpoint *ring = &c->send[(rank + 1) % world];
+        int st = reserve_channel(c, ring);
+        if (st != SC_OK) {
+            struct statvfs sv;
+            int64_t free_bytes = fstatvfs(fd, &sv) == 0 ? (int64_t)(sv.f_bavail * sv.f_frsize) : -1;
+            sc_segment_refuse(base, size, rank, SC_REFUSE_NO_SPACE,
+                              (int64_t)sc_channel_bytes(c->slot_bytes, c->nslots), free_bytes);
+            sc_detach(c, 1);
+            *status = st;
+            return NULL;
+        }
+        memset(ring->slots, 0, (size_t)c->slot_bytes * c->nslots);
+    }
     uint64_t before = atomic_fetch_add_explicit(&c->hdr->attached.value, 1, memory_order_acq_rel);
     sc_signal(&c->hdr->attached, before + 1);
     *last = (before + 1 == (uint64_t)world);
@@ -230,6 +292,43 @@ void sc_segment_abort(void *base, size_t size, int failed_rank)
     sc_header *h = (sc_header *)valid_header(base, size);
     if (h)
         sc_abort_failed(h, failed_rank);
+}
+
+void sc_segment_refuse(void *base, size_t size, int rank, int reason, int64_t expected, int64_t got)
+{
+    sc_header *h = (sc_header *)valid_header(base, size);
+    if (!h)
+        return;
+    sc_refusal *r = &h->refusal;
+    uint32_t unclaimed = 0;
+    if (!atomic_compare_exchange_strong(&r->claimed, &unclaimed, 1))
+        return;     /* the first refusal is the one every rank reports */
+    r->rank = rank;
+    r->reason = reason;
+    r->expected = expected;
+    r->got = got;
+    uint64_t none = SC_ABORT_NONE;
+    /* The release store publishes the whole record with the reason; a job already
+     * aborted for another reason keeps that one. */
+    if (atomic_compare_exchange_strong(&h->abort.value, &none, SC_ABORT_REFUSED))
+        sc_signal(&h->abort, SC_ABORT_REFUSED);
+}
+
+void sc_segment_refusal(const void *base, size_t size, int64_t out[4])
+{
+    const sc_header *h = valid_header(base, size);
+    out[0] = out[1] = out[2] = out[3] = 0;
+    if (!h || atomic_load_explicit((_Atomic uint64_t *)&h->abort.value, memory_order_acquire) !=
+                  SC_ABORT_REFUSED)
+        return;
+    out[0] = h->refusal.rank, out[1] = h->refusal.reason;
+    out[2] = h->refusal.expected, out[3] = h->refusal.got;
+}
+
+void sc_request_close(sc_comm *c)
+{
+    if (c)
+        atomic_store_explicit(&c->closing, 1, memory_order_release);
 }
 
 void sc_detach(sc_comm *c, int failed)
@@ -263,7 +362,7 @@ int sc_barrier(sc_comm *c)
         int peer = (c->rank + i) % c->world;
         int st = sc_call_check(c, peer);
         if (st == SC_OK)
-            st = sc_wait_ge(c, &c->ranks[peer].barrier, n, peer, "barrier", NULL);
+            st = sc_wait_ge(c, &c->ranks[peer].barrier, n, peer, "waiting in the barrier for", NULL);
         if (st != SC_OK) {
             c->broken = 1;
             return st;
@@ -274,13 +373,17 @@ int sc_barrier(sc_comm *c)
 
 int sc_send_acquire(sc_comm *c, sc_endpoint *e, void **slot)
 {
+    if (!e->reserved) {
+        int st = reserve_channel(c, e);
+        if (st != SC_OK)
+            return st;
+    }
     if (e->seq - e->seen >= c->nslots) {
         int st = sc_wait_ge(c, &e->ch->tail, e->seq - c->nslots + 1, e->peer,
                             "waiting for a free slot in the channel to", &e->seen);
         if (st != SC_OK)
             return st;
     }
-    e->used = c->call_seq;
     *slot = e->slots + (e->seq % c->nslots) * c->slot_bytes;
     return SC_OK;
 }
@@ -338,19 +441,6 @@ int sc_get(sc_comm *c, int peer, void *dst, size_t bytes, int stream)
     return SC_OK;
 }
 
-int sc_check_receivers(sc_comm *c)
-{
-    for (int peer = 0; peer < c->world; peer++) {
-        if (c->send[peer].used != c->call_seq || c->recv[peer].checked == c->call_seq)
-            continue;
-        int st = sc_call_check(c, peer);
-        if (st != SC_OK)
-            return st;
-        c->recv[peer].checked = c->call_seq;
-    }
-    return SC_OK;
-}
-
 void *sc_wide(sc_comm *c, size_t bytes)
 {
     if (bytes > c->wide_bytes) {
@@ -361,5 +451,18 @@ void *sc_wide(sc_comm *c, size_t bytes)
     return c->wide;
 }
 
+void sc_layout(int64_t out[8])
+{
+    out[0] = (int64_t)offsetof(sc_header, attached);
+    out[1] = (int64_t)sc_off_ranks();
+    out[2] = (int64_t)sizeof(sc_rank_block);
+    out[3] = (int64_t)offsetof(sc_rank_block, calls);
+    out[4] = (int64_t)sizeof(sc_call_slot);
+    out[5] = (int64_t)offsetof(sc_call_slot, call);
+    out[6] = (int64_t)offsetof(sc_rank_block, state);
+    out[7] = (int64_t)offsetof(sc_rank_block, pid);
+}
+
 int sc_error_peer(const sc_comm *c) { return c->err_peer; }
+int sc_error_waited(const sc_comm *c) { return c->err_waited; }
 const char *sc_error_what(const sc_comm *c) { return c->err_what ? c->err_what : ""; }

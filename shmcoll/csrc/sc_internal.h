@@ -13,7 +13,7 @@
 #include "shmcoll.h"
 
 #define SC_MAGIC 0x6c6c6f636d687353ULL   /* "Sshmcoll" little-endian */
-#define SC_LAYOUT_VERSION 2u
+#define SC_LAYOUT_VERSION 3u
 #define SC_LINE 128
 #define SC_PAGE 4096
 #define SC_MAX_WORLD 1024
@@ -30,7 +30,8 @@ typedef struct sc_flag {
 enum sc_rank_state { SC_RANK_EMPTY = 0, SC_RANK_ATTACHED = 1, SC_RANK_CLOSED = 2, SC_RANK_FAILED = 3 };
 
 /* Why the job was aborted (the value of the header's abort flag). */
-enum sc_abort_reason { SC_ABORT_NONE = 0, SC_ABORT_FAILED = 1, SC_ABORT_MISMATCH = 2 };
+enum sc_abort_reason { SC_ABORT_NONE = 0, SC_ABORT_FAILED = 1, SC_ABORT_MISMATCH = 2,
+                       SC_ABORT_REFUSED = 3 };
 
 /* What a rank is about to do.  Every rank publishes its call before moving data and
  * checks a peer's call before consuming anything the peer sent, so ranks that
@@ -40,7 +41,9 @@ typedef struct sc_call {
 } sc_call;
 
 /* Published calls: ring of SC_CALL_HISTORY entries by sequence number, so a peer
- * that is already in a later call does not overwrite the one we are checking. */
+ * that is already in a later call does not overwrite the one we are checking.  No
+ * rank returns from call n before every peer has published call n, so a peer is at
+ * most one call ahead of any rank still in call n: two entries would do. */
 #define SC_CALL_HISTORY 4
 typedef struct sc_call_slot {
     SC_ALONE sc_flag seq;
@@ -53,6 +56,13 @@ typedef struct sc_mismatch {
     int32_t field, rank_a, rank_b;
     int64_t value_a, value_b, collective;
 } sc_mismatch;
+
+/* The refusal at join that aborted the job (SC_ABORT_REFUSED). */
+typedef struct sc_refusal {
+    _Alignas(SC_LINE) _Atomic uint32_t claimed;
+    int32_t rank, reason;
+    int64_t expected, got;
+} sc_refusal;
 
 typedef struct sc_header {
     uint64_t magic;
@@ -67,6 +77,7 @@ typedef struct sc_header {
     SC_ALONE sc_flag abort;      /* enum sc_abort_reason: non-zero makes every wait bail out */
     int32_t failed_rank;         /* SC_ABORT_FAILED: the rank that failed, or -1 */
     sc_mismatch mismatch;
+    sc_refusal refusal;
 } sc_header;
 
 typedef struct sc_rank_block {
@@ -91,8 +102,8 @@ typedef struct sc_endpoint {
     uint64_t seq;
     uint64_t seen;
     uint64_t checked;    /* the call of ours the peer's call was last checked against */
-    uint64_t used;       /* the last call of ours that sent on this endpoint */
     int peer;
+    int reserved;        /* send side: the channel's slot pages are backed by memory */
 } sc_endpoint;
 
 struct sc_comm {
@@ -112,8 +123,11 @@ struct sc_comm {
     char *scratch;       /* 2 x slot_bytes of process-local accumulator space */
     char *wide;          /* whole-vector accumulator for narrow dtypes (grown on demand) */
     size_t wide_bytes;
+    int fd;              /* the segment's file, to reserve channel memory at first use */
     int broken;
-    int err_peer;
+    _Atomic int closing; /* set by another thread's close(): waits give up */
+    int err_peer;        /* the rank the failure is blamed on */
+    int err_waited;      /* the rank this one was waiting for (-1: none) */
     const char *err_what;
 };
 
@@ -187,9 +201,12 @@ static inline int sc_use_stream(const sc_comm *c, size_t out_bytes)
 /* A process-local accumulator of at least `bytes` (NULL when out of memory). */
 void *sc_wide(sc_comm *c, size_t bytes);
 
-/* Calls (sc_call.c): publish ours, check a peer's before using its data. */
+/* Calls (sc_call.c): publish ours, check a peer's before using its data, and check
+ * every peer not checked yet before returning, so that every rank learns of every
+ * mismatch, calls that move no data included. */
 void sc_call_begin(sc_comm *c, int collective, int64_t count, int dtype, int op, int root, int algo);
 int sc_call_check(sc_comm *c, int peer);
+int sc_call_check_all(sc_comm *c);
 
 /* Channel operations (sc_comm.c). */
 int sc_send_acquire(sc_comm *c, sc_endpoint *e, void **slot);
@@ -199,8 +216,5 @@ void sc_recv_release(sc_endpoint *e);
 /* One chunk (bytes <= slot_bytes) copied into / out of a channel. */
 int sc_put(sc_comm *c, int peer, const void *src, size_t bytes);
 int sc_get(sc_comm *c, int peer, void *dst, size_t bytes, int stream);
-/* After a schedule: checks the call of every peer we sent to and never heard
- * from, so that a rank that only sends still learns of a mismatch. */
-int sc_check_receivers(sc_comm *c);
 
 #endif

@@ -176,8 +176,11 @@ int sc_rhd_allreduce(sc_comm *c, const sc_args *a, const sc_kernels *k)
     h.v = c->rank < 2 * h.rem ? c->rank / 2 : c->rank - h.rem;
 
     h.acc = isz == asz ? out : sc_wide(c, a->count * asz);
-    if (!h.acc)
-        return SC_EINVAL;
+    if (!h.acc) {
+        c->err_peer = -1;
+        c->err_what = "allocating the float32 accumulator";
+        return SC_ENOMEM;
+    }
     if (isz == asz && out != a->x)
         memcpy(out, a->x, a->count * isz);
     else if (isz != asz)

@@ -2,9 +2,10 @@
  *
  * Resolves the kernels, refuses a broken communicator, publishes the call (so
  * peers can check it), completes world == 1 locally, runs the schedule of
- * (collective, algorithm), then checks the calls of the peers this rank only sent
- * to.  A failure half-way marks the communicator broken: its channels are
- * mid-stream and no later call could make sense of them. */
+ * (collective, algorithm), then checks the calls of every peer it has not checked
+ * yet (those it only sent to, and those it exchanged nothing with).  A failure
+ * half-way marks the communicator broken: its channels are mid-stream and no later
+ * call could make sense of them. */
 #include <string.h>
 
 #include "sc_copy.h"
@@ -90,7 +91,7 @@ int sc_run(sc_comm *c, const sc_args *a)
     int st = run(c, a, k);
     sc_stream_fence();
     if (st == SC_OK)
-        st = sc_check_receivers(c);
+        st = sc_call_check_all(c);
     if (st != SC_OK)
         c->broken = 1;
     return st;

@@ -11,6 +11,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
+#include <stdint.h>
 #include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
@@ -94,11 +95,52 @@ static int peer_gone(sc_comm *c, int peer)
     return pid > 0 && sc_pid_dead(pid);
 }
 
-static int fail(sc_comm *c, int status, int peer, const char *what)
+/* Blames `culprit` for a failure that ended our wait for `waited` (the same rank
+ * unless the job was aborted because of another one). */
+static int fail_on(sc_comm *c, int status, int culprit, int waited, const char *what)
 {
-    c->err_peer = peer;
+    c->err_peer = culprit;
+    c->err_waited = waited;
     c->err_what = what;
     return status;
+}
+
+static int fail(sc_comm *c, int status, int peer, const char *what)
+{
+    return fail_on(c, status, peer, peer, what);
+}
+
+/* The deadline of a wait that started at `start`; a timeout too long to count in
+ * nanoseconds (infinity included) never expires. */
+static uint64_t deadline_of(uint64_t start, double timeout_s)
+{
+    if (!(timeout_s < (double)(UINT64_MAX - start) / 1e9))
+        return UINT64_MAX;
+    return start + (uint64_t)(timeout_s * 1e9);
+}
+
+/* Why a wait must give up now (SC_OK: it may go on). */
+static int give_up(sc_comm *c, int peer, const char *what)
+{
+    uint64_t reason = atomic_load_explicit(&c->hdr->abort.value, memory_order_acquire);
+    if (reason == SC_ABORT_MISMATCH)
+        return fail(c, SC_EMISMATCH, peer, what);
+    if (reason == SC_ABORT_REFUSED)
+        return fail(c, SC_EREFUSED, peer, what);
+    if (reason)
+        return c->hdr->failed_rank >= 0 ? fail_on(c, SC_EPEERLOST, c->hdr->failed_rank, peer, what)
+                                        : fail(c, SC_EABORTED, peer, what);
+    if (atomic_load_explicit(&c->closing, memory_order_acquire))
+        return fail(c, SC_ECLOSED, peer, what);
+    if (c->params.interrupted && c->params.interrupted())
+        return fail(c, SC_EINTR, peer, what);
+    if (peer_gone(c, peer)) {
+        /* Ranks waiting on someone else would otherwise blame whoever
+         * gives up next; the job is aborted naming the rank that is gone. */
+        sc_abort_failed(c->hdr, peer);
+        return fail(c, SC_EPEERLOST, peer, what);
+    }
+    return SC_OK;
 }
 
 static inline int reached(sc_flag *f, uint64_t target, uint64_t *seen)
@@ -130,7 +172,7 @@ int sc_wait_ge(sc_comm *c, sc_flag *f, uint64_t target, int peer, const char *wh
         now = sc_now_ns();
     }
 
-    uint64_t deadline = start + (uint64_t)(c->params.timeout_s * 1e9);
+    uint64_t deadline = deadline_of(start, c->params.timeout_s);
     for (;;) {
         atomic_fetch_add_explicit(&f->waiters, 1, memory_order_seq_cst);
         v = atomic_load_explicit(&f->value, memory_order_seq_cst);
@@ -139,20 +181,9 @@ int sc_wait_ge(sc_comm *c, sc_flag *f, uint64_t target, int peer, const char *wh
         atomic_fetch_sub_explicit(&f->waiters, 1, memory_order_relaxed);
         if (reached(f, target, &v))
             goto done;
-        uint64_t reason = atomic_load_explicit(&c->hdr->abort.value, memory_order_acquire);
-        if (reason == SC_ABORT_MISMATCH)
-            return fail(c, SC_EMISMATCH, peer, what);
-        if (reason)
-            return c->hdr->failed_rank >= 0 ? fail(c, SC_EPEERLOST, c->hdr->failed_rank, what)
-                                            : fail(c, SC_EABORTED, peer, what);
-        if (c->params.interrupted && c->params.interrupted())
-            return fail(c, SC_EINTR, peer, what);
-        if (peer_gone(c, peer)) {
-            /* Ranks waiting on someone else would otherwise blame whoever
-             * gives up next; the job is aborted naming the rank that is gone. */
-            sc_abort_failed(c->hdr, peer);
-            return fail(c, SC_EPEERLOST, peer, what);
-        }
+        int st = give_up(c, peer, what);
+        if (st != SC_OK)
+            return st;
         if (sc_now_ns() >= deadline)
             return fail(c, SC_ETIMEDOUT, peer, what);
     }

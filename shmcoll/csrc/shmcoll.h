@@ -20,7 +20,19 @@ typedef enum sc_status {
     SC_EBROKEN = 7,     /* an earlier collective failed half-way; the stream is unusable */
     SC_EINTR = 8,       /* params.interrupted() asked to stop (a signal handler raised) */
     SC_EMISMATCH = 9,   /* ranks called different collectives or arguments */
+    SC_ECLOSED = 10,    /* another thread closed the communicator during the call */
+    SC_ENOMEM = 11,     /* process memory could not be allocated */
+    SC_ENOSPACE = 12,   /* /dev/shm is too full to back a channel of the segment */
+    SC_EREFUSED = 13,   /* a rank was refused at join; the job cannot form */
 } sc_status;
+
+/* Why a rank was refused at join (sc_refuse); every rank of the job reports it. */
+typedef enum sc_refusal_reason {
+    SC_REFUSE_WORLD = 1,      /* it passed another world size than the job's */
+    SC_REFUSE_RANK_TAKEN = 2, /* another live process already holds its rank */
+    SC_REFUSE_COLLISION = 3,  /* a second job is forming under the same name */
+    SC_REFUSE_NO_SPACE = 4,   /* /dev/shm could not back its channel */
+} sc_refusal_reason;
 
 /* Order matters: the Cython layer maps numpy dtypes onto these codes. */
 typedef enum sc_dtype {
@@ -28,10 +40,13 @@ typedef enum sc_dtype {
     SC_FLOAT16, SC_BFLOAT16, SC_FLOAT32, SC_FLOAT64, SC_NDTYPES
 } sc_dtype;
 
-/* The fields of a call that every rank must agree on, in the order they are compared. */
+/* The fields of a call that every rank must agree on, in the order they are compared.
+ * SC_FIELD_SEQUENCE is no field of the record: a mismatch in it means a peer's record
+ * of this call was already overwritten by a later call (it cannot happen while every
+ * rank checks every peer before it returns; it is reported, never skipped). */
 typedef enum sc_call_field {
     SC_FIELD_COLLECTIVE, SC_FIELD_COUNT, SC_FIELD_DTYPE, SC_FIELD_OP, SC_FIELD_ROOT,
-    SC_FIELD_ALGORITHM, SC_CALL_FIELDS
+    SC_FIELD_ALGORITHM, SC_CALL_FIELDS, SC_FIELD_SEQUENCE = SC_CALL_FIELDS
 } sc_call_field;
 
 typedef enum sc_collective {
@@ -70,6 +85,15 @@ typedef struct sc_comm sc_comm;
 
 /* Segment lifecycle.  The creator sizes and formats; every rank maps and attaches. */
 size_t sc_segment_size(int world, const sc_params *p);
+/* Bytes of the segment every job touches whatever it runs: header, rank blocks and
+ * channel flags (the creator reserves them before formatting). */
+size_t sc_control_bytes(int world);
+/* Backs [off, off + len) of the segment's file with memory now, so that a full
+ * /dev/shm is an error here instead of SIGBUS at first touch.  0 or an errno. */
+int sc_reserve(int fd, size_t off, size_t len);
+/* Reserves every rank's ring channel (r -> r+1), which each rank touches when it
+ * attaches: what every job needs whatever it runs.  0 or an errno. */
+int sc_reserve_ring(int fd, int world, const sc_params *p);
 void *sc_map(int fd, size_t size, int *err);
 void sc_unmap(void *base, size_t size);
 int sc_format(void *base, size_t size, int world, const sc_params *p, uint64_t token, int creator_pid);
@@ -80,12 +104,20 @@ int sc_segment_pids(const void *base, size_t size, int32_t *pids, int max);
 
 /* Attach: validates the header, claims the rank, counts arrivals.
  * *last is set when this rank completed the set (it may unlink the name). */
-sc_comm *sc_attach(void *base, size_t size, int rank, int world, uint64_t token,
+sc_comm *sc_attach(void *base, size_t size, int fd, int rank, int world, uint64_t token,
                    const sc_params *wait, int *status, int *last);
 int sc_wait_attached(sc_comm *c);
 void sc_detach(sc_comm *c, int failed);   /* frees c; does not unmap */
 /* Makes every rank's waits fail fast; they name `failed_rank` (-1: unknown) as lost. */
 void sc_segment_abort(void *base, size_t size, int failed_rank);
+/* Refuses `rank` at join for `reason` (expected / got say what differed): aborts the
+ * job so that every rank, attached or still arriving, fails at once naming it. */
+void sc_segment_refuse(void *base, size_t size, int rank, int reason, int64_t expected, int64_t got);
+/* The refusal that aborted the job: {rank, reason, expected, got}; reason 0 if none. */
+void sc_segment_refusal(const void *base, size_t size, int64_t out[4]);
+/* From another thread: make the call running on c give up (SC_ECLOSED) at its next
+ * wait.  The caller must not detach c until that call has returned. */
+void sc_request_close(sc_comm *c);
 
 /* One collective call.  Buffers are C-contiguous; `count` is, per collective:
  *   allreduce, reduce          elements of x (= of out)
@@ -107,16 +139,24 @@ int sc_run(sc_comm *c, const sc_args *a);
 /* Whether sc_run implements (collective, algo). */
 int sc_implements(int collective, int algo);
 
-/* The first mismatch of the job: field, the two ranks and their values. */
+/* The first mismatch of the job: field, the two ranks, their values, the collective. */
 void sc_mismatch_info(const sc_comm *c, int64_t out[6]);
+/* This rank's calls so far (the sequence number of the current one). */
+uint64_t sc_call_number(const sc_comm *c);
 
 /* Ranks that have not arrived: not attached yet, or not yet in our current call. */
 int sc_ranks_missing(const sc_comm *c, int *out, int max);
 
-/* Describes the last failure of c: which peer and which wait. */
+/* Describes the last failure of c: which peer and which wait.  The wait is a
+ * phrase that takes the peer as its object ("waiting for data from"). */
 int sc_error_peer(const sc_comm *c);
+int sc_error_waited(const sc_comm *c);
 const char *sc_error_what(const sc_comm *c);
 int sc_op_supported(int dtype, int op);
+/* Offsets of the segment's parts, for tests that corrupt a live segment on purpose:
+ * {attached flag, rank blocks, rank block size, its call slots, call slot size, the
+ * call fields in a slot, rank state, rank pid}. */
+void sc_layout(int64_t out[8]);
 /* True when the process is gone or a zombie (kill(pid, 0) alone accepts zombies). */
 int sc_pid_dead(int32_t pid);
 

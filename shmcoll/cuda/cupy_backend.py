@@ -125,7 +125,7 @@ class CupyBackend:
         threads = -(-world // 32) * 32
         self._sync((1,), (threads,), (flags, np.int32(me), np.int32(world), np.int32(kind),
                    np.int32(peer), np.uint64(signal_value), np.uint64(wait_value),
-                   np.uint64(int(timeout * 1e9)), np.uint64(self._status)), stream=stream)
+                   np.uint64(_timeout_ns(timeout)), np.uint64(self._status)), stream=stream)
 
     def check(self):
         peer = ctypes.c_int.from_address(self._status).value
@@ -139,3 +139,12 @@ class CupyBackend:
 
     def empty(self, shape, dtype):
         return self.cp.empty(shape, dtype)
+
+
+# About 146 years: a longer timeout (infinity included) never expires, and the
+# kernel's start + timeout cannot wrap around 64 bits.
+_NO_DEADLINE_NS = 1 << 62
+
+
+def _timeout_ns(timeout):
+    return _NO_DEADLINE_NS if timeout * 1e9 >= _NO_DEADLINE_NS else int(timeout * 1e9)
