@@ -46,7 +46,6 @@ cdef extern from "csrc/shmcoll.h" nogil:
     size_t sc_segment_size(int world, const sc_params *p)
     size_t sc_control_bytes(int world)
     int sc_reserve(int fd, size_t off, size_t len)
-    int sc_reserve_ring(int fd, int world, const sc_params *p)
     void *sc_map(int fd, size_t size, int *err)
     void sc_unmap(void *base, size_t size)
     int sc_format(void *base, size_t size, int world, const sc_params *p, uint64_t token, int pid)
@@ -300,11 +299,6 @@ cdef class Segment:
         """Back [offset, offset + length) with memory now; 0 or an errno."""
         return sc_reserve(self.fd, offset, length)
 
-    def reserve_ring(self, int world, params):
-        """Back every rank's ring channel with memory now; 0 or an errno."""
-        cdef sc_params p = _params(params)
-        return sc_reserve_ring(self.fd, world, &p)
-
     def refuse(self, int rank, int reason, int64_t expected, int64_t got):
         """Refuse `rank` at join: every rank of the job fails at once naming why."""
         sc_segment_refuse(self.base, self.size, rank, reason, expected, got)
@@ -528,8 +522,8 @@ cdef class Engine:
             refused = self.seg.refusal()
             raise refused if refused is not None else JoinRefusedError(f"{here}: refused")
         if status == SC_ECLOSED:
-            raise ClosedError(f"{here}: the communicator was closed by another thread during "
-                              f"the call (this rank was {where})")
+            raise ClosedError(f"{here}: the communicator was closed during the call, by "
+                              f"another thread or a signal handler (this rank was {where})")
         if status == SC_ENOSPACE:
             raise SharedMemoryFullError(
                 f"{here}: /dev/shm is too full to back the channel to rank {peer} "
@@ -778,6 +772,11 @@ cdef class Engine:
     @property
     def closed(self):
         return self.c == NULL
+
+    @property
+    def in_call(self):
+        """Whether a call of some thread is inside the engine now."""
+        return bool(self._active)
 
     def __dealloc__(self):
         if self.c != NULL:

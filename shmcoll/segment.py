@@ -8,9 +8,10 @@ so from then on the kernel frees the memory when the last rank unmaps it, whatev
 happens to the ranks.
 
 The file is sized sparsely (the all-pairs channel table is mostly address space); the
-part every job touches is reserved at creation and each channel by its sender before
-first use, so a full /dev/shm raises SharedMemoryFullError instead of killing ranks
-with SIGBUS.
+control part is reserved at creation and each channel by its sender before first use
+(the ring channel at attach), so a full /dev/shm raises SharedMemoryFullError or
+JoinRefusedError instead of killing ranks with SIGBUS, and channel pages are allocated
+on their writer's NUMA node.
 """
 import errno
 import hashlib
@@ -165,9 +166,15 @@ def create(name, world, params, token):
     try:
         seg = _engine.Segment(shm.fd, size)
         control = _engine.control_bytes(world)
-        err = seg.reserve(0, control) or seg.reserve_ring(world, params)
+        err = seg.reserve(0, control)
         if err:
             raise _no_space(err, control, world, params)
+        # Each rank reserves its own ring channel when it attaches, so that the pages
+        # are allocated on its NUMA node (the writer's); refuse here already when they
+        # cannot fit, the common case of a full /dev/shm, with one clear error.
+        free = shm_free_bytes()
+        if free is not None and free < _ring_bytes(world, params):
+            raise _no_space(errno.ENOSPC, control, world, params)
         seg.format(world, params, token, os.getpid())
     except BaseException:
         unlink(name)
@@ -177,10 +184,14 @@ def create(name, world, params, token):
     return seg
 
 
+def _ring_bytes(world, params):
+    return world * params.slot_bytes * params.nslots if world > 1 else 0
+
+
 def _no_space(err, control, world, params):
     if err != errno.ENOSPC:
         return SegmentError(f"cannot reserve shared memory for the job: {os.strerror(err)}")
-    ring = world * params.slot_bytes * params.nslots if world > 1 else 0
+    ring = _ring_bytes(world, params)
     return SharedMemoryFullError(
         f"/dev/shm is too full for a job of {world} ranks: it needs {control + ring} bytes "
         f"({control} of control, {ring} of ring channels), {shm_free_bytes()} bytes free; "

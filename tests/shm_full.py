@@ -29,5 +29,37 @@ def main(world, algo):
     print(json.dumps(result))
 
 
+def join_after_space_ran_out():
+    """Rank 0 joins (its ring channel fits), then a file takes the space left, then
+    rank 1 joins: its channel cannot be backed, and both ranks must be refused."""
+    import threading
+    import time
+    outcomes = {}
+
+    def rank(r):
+        try:
+            with shmcoll.init(rank=r, world_size=2, job="full", timeout=30):
+                outcomes[r] = ("ok", "")
+        except shmcoll.ShmcollError as e:
+            outcomes[r] = (type(e).__name__, str(e))
+    first = threading.Thread(target=rank, args=(0,))
+    first.start()
+    while not [n for n in os.listdir("/dev/shm") if n.startswith("shmcoll.")]:
+        time.sleep(0.005)
+    time.sleep(0.2)                      # rank 0 has reserved its ring channel
+    free = os.statvfs("/dev/shm").f_bavail * os.statvfs("/dev/shm").f_frsize
+    with open("/dev/shm/filler", "wb") as f:
+        f.write(b"\0" * (free - 64 * 1024))
+    second = threading.Thread(target=rank, args=(1,))
+    second.start()
+    first.join()
+    second.join()
+    os.unlink("/dev/shm/filler")
+    print(json.dumps({"outcomes": [outcomes[0], outcomes[1]], "left": os.listdir("/dev/shm")}))
+
+
 if __name__ == "__main__":
-    main(int(sys.argv[1]), None if sys.argv[2] == "auto" else sys.argv[2])
+    if sys.argv[1] == "join":
+        join_after_space_ran_out()
+    else:
+        main(int(sys.argv[1]), None if sys.argv[2] == "auto" else sys.argv[2])

@@ -78,7 +78,7 @@ def _twins(job, starts, **env):
     import time
     from procs import cleaned_up
     t0 = time.time() + 1.5
-    procs = [spawn("same_name_rank.py", str(value), str(t0 + starts[(j, r)]), "10",
+    procs = [spawn("same_name_rank.py", str(value), str(t0 + starts[(j, r)]), "6",
                    **rank_env(job, r, 2), **env.get(j, {}))
              for j, value in (("A", 1), ("B", 100)) for r in range(2)]
     with cleaned_up(procs, [segment.job_identity(job)[0]]):

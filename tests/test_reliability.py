@@ -21,8 +21,9 @@ from workers import (allreduce_with_memory_limit, close_during_call, close_from_
 
 
 # -- two threads -------------------------------------------------------------------
-def test_second_thread_is_refused_while_the_first_is_inside():
-    (first, second), (peer, _) = shmcoll.launch(second_thread_enters, 2, timeout=30)
+def test_second_thread_is_refused_while_the_first_is_inside(tmp_path):
+    (first, second), (peer, _) = shmcoll.launch(second_thread_enters, 2,
+                                                args=(str(tmp_path / "go"),), timeout=120)
     assert first == ("ok", [2.0] * 4) and peer == [2.0] * 4
     assert second[0] == "ConcurrentCallError" and "another thread" in second[2], second
 
@@ -42,18 +43,19 @@ def test_concurrent_call_error_is_a_runtime_error():
 
 # -- close under a running call ----------------------------------------------------
 @pytest.mark.parametrize("algo", ["direct", "ring", "tree"])
-def test_close_from_another_thread_aborts_the_running_call(algo):
-    (call, left, closed), (peer, _) = shmcoll.launch(close_during_call, 2, args=(algo,),
-                                                     timeout=30)
-    assert call[0] == "ClosedError" and "closed by another thread" in call[1], call
+def test_close_from_another_thread_aborts_the_running_call(algo, tmp_path):
+    (call, left, closed), (peer, _) = shmcoll.launch(
+        close_during_call, 2, args=(algo, str(tmp_path / "go")), timeout=120)
+    assert call[0] == "ClosedError" and "closed during the call" in call[1], call
     assert left and closed          # close() returned only once the call had left
     # rank 0's share was sent before it closed, or rank 1 learns that it left
     assert peer in ("ok", "PeerLostError"), peer
 
 
-def test_close_from_a_signal_handler_of_the_waiting_thread():
-    (kind, text, closed), peer = shmcoll.launch(close_from_signal_handler, 2, timeout=30)
-    assert kind == "ClosedError" and closed, (kind, text)
+def test_close_from_a_signal_handler_of_the_waiting_thread(tmp_path):
+    (kind, text, closed), peer = shmcoll.launch(close_from_signal_handler, 2,
+                                                args=(str(tmp_path / "go"),), timeout=120)
+    assert kind == "ClosedError" and "closed during the call" in text and closed, (kind, text)
     assert peer in ("ok", "PeerLostError")
 
 

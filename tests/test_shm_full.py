@@ -62,3 +62,10 @@ def test_channel_first_used_by_a_later_call_fails_that_call_cleanly():
         next(t for t in failures.values() if "SharedMemoryFullError" in t)
     assert "bytes needed" in full and "free" in full, full
     assert report["left"] == []
+
+
+def test_rank_whose_channel_cannot_be_backed_at_join_refuses_the_job_on_every_rank():
+    report = run_in_small_shm(4096, "join", "-", SHMCOLL_JOIN_GRACE=0)
+    for kind, text in report["outcomes"]:
+        assert kind == "JoinRefusedError" and "/dev/shm is too full: rank 1 needed" in text, report
+    assert report["left"] == []

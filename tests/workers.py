@@ -545,16 +545,33 @@ def _in_thread(fn):
     return t, box
 
 
-def second_thread_enters(comm, late_s=1.0):
-    """Thread A of rank 0 is inside an allreduce (rank 1 comes late_s later) when
-    rank 0's main thread calls: the main thread's call is refused, A's completes."""
+def _until_inside(comm, thread, limit_s=60):
+    """Until `thread`'s call is inside the engine (it waits there for a late peer)."""
+    deadline = time.monotonic() + limit_s
+    while not comm._engine.in_call:
+        assert thread.is_alive() and time.monotonic() < deadline, "the call never started"
+        time.sleep(0.001)
+
+
+def _wait_for_file(path, limit_s=60):
+    deadline = time.monotonic() + limit_s
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.002)
+
+
+def second_thread_enters(comm, flag):
+    """Thread A of rank 0 is inside an allreduce (rank 1 joins only once `flag`
+    exists) when rank 0's main thread calls: the main thread's call is refused, A's
+    completes."""
     x = np.ones(4, np.float32)
     if comm.rank != 0:
-        time.sleep(late_s)
+        _wait_for_file(flag)
         return comm.allreduce(x).tolist(), None
     t, box = _in_thread(lambda: comm.allreduce(x).tolist())
-    time.sleep(late_s / 4)
+    _until_inside(comm, t)
     second = _outcome(lambda: comm.allreduce(x))
+    open(flag, "w").close()
     t.join()
     return box["result"], second
 
@@ -600,32 +617,42 @@ def two_threads_hammer(comm, calls, count=1000):
     return tally["right"], tally["wrong"], sorted(tally["errors"])
 
 
-def close_during_call(comm, algo, late_s=1.0):
+def close_during_call(comm, algo, flag):
     """Rank 0 closes its communicator from the main thread while thread A is inside an
-    allreduce that waits for rank 1 (late_s late).  Returns rank 0's (A's outcome,
-    whether A had left when close() returned, closed); rank 1's outcome."""
+    allreduce that waits for rank 1 (which calls only once `flag` exists).  Returns
+    rank 0's (A's outcome, whether A had left when close() returned, closed); rank
+    1's outcome."""
     x = np.ones(1 << 16, np.float32)
     if comm.rank != 0:
-        time.sleep(late_s)
+        _wait_for_file(flag)
         res = _outcome(lambda: comm.allreduce(x, algo=algo))
         return res[0], res[0] != "ok" or None
     t, box = _in_thread(lambda: comm.allreduce(x, algo=algo))
-    time.sleep(late_s / 4)
+    _until_inside(comm, t)
     comm.close()
     left = not t.is_alive()
+    open(flag, "w").close()
     t.join()
     return box["result"], left, comm.closed
 
 
-def close_from_signal_handler(comm, late_s=1.0):
+def close_from_signal_handler(comm, flag):
     """A SIGALRM handler closes the communicator while this very thread waits in a
-    collective: the call gives up with ClosedError and the communicator ends closed."""
+    collective (rank 1 calls only once the handler has run): the call gives up with
+    ClosedError and the communicator ends closed."""
     x = np.ones(8, np.float32)
     if comm.rank != 0:
-        time.sleep(late_s)
+        _wait_for_file(flag)
         return _outcome(lambda: comm.allreduce(x))[0]
-    signal.signal(signal.SIGALRM, lambda *_: comm.close())
-    signal.setitimer(signal.ITIMER_REAL, late_s / 4)
+
+    def handler(*_):
+        if comm._engine.in_call:
+            comm.close()
+            open(flag, "w").close()
+        else:                       # not inside yet: try again a little later
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
+    signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, 0.05)
     outcome = _outcome(lambda: comm.allreduce(x))
     return outcome[0], outcome[2] or "", comm.closed
 

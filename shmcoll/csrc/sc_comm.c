@@ -8,7 +8,8 @@
  * Slot pages are only touched for the channels an algorithm uses, so the
  * all-pairs table costs address space, not memory.  The file is sized sparsely; the
  * control part is reserved by the creator and each channel's slots by its sender
- * before their first touch (sc_reserve), so a full /dev/shm is an error, not SIGBUS. */
+ * before their first touch (sc_reserve), so a full /dev/shm is an error, not SIGBUS,
+ * and the pages are allocated under the writer's memory policy (its NUMA node). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -55,18 +56,6 @@ int sc_reserve(int fd, size_t off, size_t len)
     while (err == EINTR);
     /* A file system that cannot preallocate leaves the pages to first touch. */
     return err == EOPNOTSUPP || err == ENOSYS ? 0 : err;
-}
-
-int sc_reserve_ring(int fd, int world, const sc_params *p)
-{
-    size_t chan = sc_channel_bytes(p->slot_bytes, p->nslots);
-    for (int r = 0; world > 1 && r < world; r++) {
-        size_t idx = (size_t)r * world + (size_t)((r + 1) % world);
-        int err = sc_reserve(fd, sc_off_slots(world) + idx * chan, chan);
-        if (err)
-            return err;
-    }
-    return 0;
 }
 
 /* Backs the slots of our channel e with memory (once, before its first touch). */

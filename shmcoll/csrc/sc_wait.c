@@ -130,10 +130,11 @@ static int give_up(sc_comm *c, int peer, const char *what)
     if (reason)
         return c->hdr->failed_rank >= 0 ? fail_on(c, SC_EPEERLOST, c->hdr->failed_rank, peer, what)
                                         : fail(c, SC_EABORTED, peer, what);
-    if (atomic_load_explicit(&c->closing, memory_order_acquire))
-        return fail(c, SC_ECLOSED, peer, what);
+    /* Signal handlers run first: one of them may close the communicator. */
     if (c->params.interrupted && c->params.interrupted())
         return fail(c, SC_EINTR, peer, what);
+    if (atomic_load_explicit(&c->closing, memory_order_acquire))
+        return fail(c, SC_ECLOSED, peer, what);
     if (peer_gone(c, peer)) {
         /* Ranks waiting on someone else would otherwise blame whoever
          * gives up next; the job is aborted naming the rank that is gone. */

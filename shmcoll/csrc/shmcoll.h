@@ -91,9 +91,6 @@ size_t sc_control_bytes(int world);
 /* Backs [off, off + len) of the segment's file with memory now, so that a full
  * /dev/shm is an error here instead of SIGBUS at first touch.  0 or an errno. */
 int sc_reserve(int fd, size_t off, size_t len);
-/* Reserves every rank's ring channel (r -> r+1), which each rank touches when it
- * attaches: what every job needs whatever it runs.  0 or an errno. */
-int sc_reserve_ring(int fd, int world, const sc_params *p);
 void *sc_map(int fd, size_t size, int *err);
 void sc_unmap(void *base, size_t size);
 int sc_format(void *base, size_t size, int world, const sc_params *p, uint64_t token, int creator_pid);
