@@ -45,6 +45,7 @@ cdef extern from "csrc/shmcoll.h" nogil:
         SC_UINT64, SC_FLOAT16, SC_BFLOAT16, SC_FLOAT32, SC_FLOAT64, SC_NDTYPES
     size_t sc_segment_size(int world, const sc_params *p)
     size_t sc_control_bytes(int world)
+    size_t sc_channel_bytes(uint64_t slot_bytes, unsigned int nslots)
     int sc_reserve(int fd, size_t off, size_t len)
     void *sc_map(int fd, size_t size, int *err)
     void sc_unmap(void *base, size_t size)
@@ -131,8 +132,6 @@ def _copy_code_of(dt):
     if code is None:
         if dt.kind == "b":
             code = _COPY_BOOL
-        elif dt.isnative and dt.num < MAX_BUILTIN_NUM and _code_by_num[dt.num] >= 0:
-            code = _code_by_num[dt.num]
         elif dt.num in _code_by_user_num:
             code = _code_by_user_num[dt.num]
         else:
@@ -374,6 +373,11 @@ def control_bytes(int world):
     return sc_control_bytes(world)
 
 
+def channel_bytes(params):
+    """Bytes of one channel's slots under `params` (what its sender reserves)."""
+    return sc_channel_bytes(params.slot_bytes, params.nslots)
+
+
 def pid_alive(int pid):
     """True while `pid` runs; a zombie (exited, not yet reaped) counts as dead."""
     return not sc_pid_dead(pid)
@@ -418,14 +422,6 @@ def _strerror(int err):
     return os.strerror(err) if err else "not a shmcoll segment"
 
 
-def _shm_free():
-    """Bytes free in /dev/shm, or 'unknown'."""
-    try:
-        st = os.statvfs("/dev/shm")
-    except OSError:
-        return "unknown"
-    return st.f_bavail * st.f_frsize
-
 
 DEF AUTO_CACHE_MAX = 4096
 
@@ -452,8 +448,7 @@ cdef class Engine:
     cdef public str closed_reason
     cdef list _auto_cache
     cdef double _timeout
-    cdef size_t _slot_bytes
-    cdef unsigned int _nslots
+    cdef size_t _channel_bytes
     cdef int _active            # a call is inside C
     cdef unsigned long _owner   # the thread of that call
     cdef int _close_pending     # close() came from that thread: detach when it leaves
@@ -476,7 +471,8 @@ cdef class Engine:
         self.rank = rank
         self.world_size = world
         self.completed_attach = last
-        self._timeout, self._slot_bytes, self._nslots = p.timeout_s, p.slot_bytes, p.nslots
+        self._timeout = p.timeout_s
+        self._channel_bytes = sc_channel_bytes(p.slot_bytes, p.nslots)
         self._auto_cache = [{} for _ in range(SC_NCOLLECTIVES)]
         self.closed_reason = "the communicator is closed"
 
@@ -525,9 +521,10 @@ cdef class Engine:
             raise ClosedError(f"{here}: the communicator was closed during the call, by "
                               f"another thread or a signal handler (this rank was {where})")
         if status == SC_ENOSPACE:
+            from shmcoll.segment import shm_free_bytes
             raise SharedMemoryFullError(
                 f"{here}: /dev/shm is too full to back the channel to rank {peer} "
-                f"({self._channel_bytes()} bytes needed, {_shm_free()} free); the "
+                f"({self._channel_bytes} bytes needed, {shm_free_bytes()} free); the "
                 f"communicator is unusable")
         if status == SC_ENOMEM:
             raise OutOfMemoryError(f"{here}: out of memory {where}")
@@ -539,18 +536,14 @@ cdef class Engine:
     cdef object _timeout_error(self, str here, str where, int waited):
         """Ranks that never reached this call are named first: the rank this one was
         waiting for may itself be waiting for them."""
-        cdef double timeout = self._timeout
         missing = self._missing()
-        after = "" if timeout != timeout or timeout > 1e18 else f" after {timeout:g} s"
+        after = f" after {self._timeout:g} s"     # a timeout that expired was finite
         if missing:
             stage = "joined the job" if sc_call_number(self.c) == 0 else "reached this call"
             return ShmTimeoutError(f"{here} timed out{after}: rank(s) {missing} never "
                                    f"{stage} (this rank was {where})", missing)
         return ShmTimeoutError(f"{here} timed out{after} {where}",
                                [waited] if waited >= 0 else [])
-
-    cdef size_t _channel_bytes(self):
-        return self._slot_bytes * self._nslots
 
     cdef list _missing(self):
         cdef int buf[1024]
@@ -756,10 +749,9 @@ cdef class Engine:
             return
         sc_request_close(self.c)
         self._close_failed = self._close_failed or failed
-        if self._owner == PyThread_get_thread_ident():
-            self._close_pending = 1
-            return
         self._close_pending = 1
+        if self._owner == PyThread_get_thread_ident():
+            return
         while self.c != NULL:       # the running call detaches as it leaves
             with nogil:
                 usleep(1000)

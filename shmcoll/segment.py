@@ -24,6 +24,7 @@ import time
 import posix_ipc
 
 from shmcoll import _engine
+from shmcoll.config import get
 from shmcoll.errors import JoinRefusedError, SegmentError, SharedMemoryFullError, TimeoutError
 
 PREFIX = "shmcoll."
@@ -139,7 +140,6 @@ _LAUNCHER_IDS = (("SLURM_JOB_ID", "SLURM_STEP_ID"),    # srun: job and step
 
 def launch_instance(environ=None):
     """This launch's id: SHMCOLL_JOB_INSTANCE, else the launcher's own, else None."""
-    from shmcoll.config import get
     env = os.environ if environ is None else environ
     explicit = get("SHMCOLL_JOB_INSTANCE", env)
     if explicit:
@@ -185,7 +185,7 @@ def create(name, world, params, token):
 
 
 def _ring_bytes(world, params):
-    return world * params.slot_bytes * params.nslots if world > 1 else 0
+    return world * _engine.channel_bytes(params) if world > 1 else 0
 
 
 def _no_space(err, control, world, params):
@@ -199,14 +199,20 @@ def _no_space(err, control, world, params):
         f"SHMCOLL_SLOT_BYTES")
 
 
+def _own_regular_file(path):
+    """The lstat of `path` if it is a regular file of this user, else None."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return st if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() else None
+
+
 def _open_entry(path):
     """A descriptor of `path` if it is a regular file of this user, never following a
     link nor blocking on a FIFO; None otherwise or if it does not exist."""
-    try:
-        before = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    if not stat.S_ISREG(before.st_mode) or before.st_uid != os.geteuid():
+    before = _own_regular_file(path)
+    if before is None:
         return None
     try:
         fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -329,15 +335,6 @@ def list_entries():
         return []
 
 
-def _own_regular_file(entry):
-    """The lstat of /dev/shm/entry if it is a regular file of this user, else None."""
-    try:
-        st = os.lstat(os.path.join(_SHM_DIR, entry))
-    except FileNotFoundError:
-        return None
-    return st if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() else None
-
-
 def stale_entries(min_age=60.0):
     """This user's entries that no live process belongs to: left by a job that died
     before all its ranks attached.  Entries that are not valid segments count only
@@ -347,7 +344,7 @@ def stale_entries(min_age=60.0):
     stale = []
     for entry in list_entries():
         name = "/" + entry
-        st = _own_regular_file(entry)
+        st = _own_regular_file(os.path.join(_SHM_DIR, entry))
         if st is None:
             continue
         try:
@@ -366,7 +363,7 @@ def stale_entries(min_age=60.0):
 def remove_stale(name):
     """Unlink an entry stale_entries() returned, if it is still a regular file of this
     user (it may have been replaced since); True if removed."""
-    if _own_regular_file(name.lstrip("/")) is None:
+    if _own_regular_file(_SHM_DIR + name) is None:
         return False
     unlink(name)
     return True

@@ -16,8 +16,7 @@ import shmcoll
 from shmcoll import _engine, segment
 from shmcoll.config import EngineParams
 from workers import (allreduce_with_memory_limit, close_during_call, close_from_signal_handler,
-                     kill_self_on, second_thread_enters, sleep_forever_unless_peer,
-                     two_threads_hammer)
+                     kill_self_on, late_allreduce, second_thread_enters, two_threads_hammer)
 
 
 # -- two threads -------------------------------------------------------------------
@@ -137,9 +136,9 @@ def test_garbage_call_record_surfaces_as_a_shmcoll_error(field, fields, seq):
 
 # -- timeouts ----------------------------------------------------------------------
 def test_infinite_timeout_means_no_deadline():
-    out = shmcoll.launch(sleep_forever_unless_peer, 2, args=(1, 0.5), timeout=float("inf"))
+    out = shmcoll.launch(late_allreduce, 2, args=(1, 0.5), timeout=float("inf"))
     assert out == [("ok", None, None)] * 2
-    out = shmcoll.launch(sleep_forever_unless_peer, 2, args=(1, 0.3), timeout=1e300)
+    out = shmcoll.launch(late_allreduce, 2, args=(1, 0.3), timeout=1e300)
     assert out == [("ok", None, None)] * 2
 
 
@@ -154,7 +153,7 @@ def test_invalid_timeouts_are_refused(bad):
     with pytest.raises((ValueError, TypeError)):
         EngineParams.from_env(2, bad)
     with pytest.raises((ValueError, TypeError)):
-        shmcoll.launch(sleep_forever_unless_peer, 2, args=(0, 0), timeout=bad)
+        shmcoll.launch(late_allreduce, 2, args=(0, 0), timeout=bad)
 
 
 def test_infinite_timeout_from_the_environment(monkeypatch):
@@ -178,8 +177,10 @@ def test_roots_are_integers_in_range(root, error):
 
 
 # -- messages ----------------------------------------------------------------------
-def test_timeout_names_the_rank_that_never_came_not_the_live_peer_waited_for():
-    out = shmcoll.launch(sleep_forever_unless_peer, 3, args=(2, 4.0), timeout=1.0)
+def test_timeout_names_the_rank_that_never_came_not_the_live_peer_waited_for(tmp_path):
+    # rank 2 comes only after ranks 0 and 1 have timed out
+    flags = [str(tmp_path / f"done{r}") for r in range(2)]
+    out = shmcoll.launch(late_allreduce, 3, args=(2, 0.0, flags), timeout=1.0)
     for rank in (0, 1):
         kind, _, text = out[rank]
         assert kind == "TimeoutError", out[rank]

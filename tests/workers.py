@@ -673,8 +673,16 @@ def allreduce_with_memory_limit(comm, count):
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
-def sleep_forever_unless_peer(comm, sleeper, seconds):
-    """Rank `sleeper` waits `seconds` before its allreduce."""
-    if comm.rank == sleeper:
+def late_allreduce(comm, late, seconds, flags=()):
+    """Rank `late` waits `seconds`, and for the files `flags`, before its allreduce;
+    every other rank creates its flag (flags[rank]) once its own allreduce ended."""
+    x = np.ones(4, np.float32)
+    if comm.rank == late:
         time.sleep(seconds)
-    return _outcome(lambda: comm.allreduce(np.ones(4, np.float32)))
+        for flag in flags:
+            _wait_for_file(flag, limit_s=120)
+        return _outcome(lambda: comm.allreduce(x))
+    outcome = _outcome(lambda: comm.allreduce(x))
+    if flags:
+        open(flags[comm.rank], "w").close()
+    return outcome

@@ -135,7 +135,6 @@ struct sc_comm {
 size_t sc_off_ranks(void);
 size_t sc_off_channels(int world);
 size_t sc_off_slots(int world);
-size_t sc_channel_bytes(uint64_t slot_bytes, uint32_t nslots);
 
 /* Abort the job because `failed_rank` (-1: unknown) failed, unless a reason is set. */
 void sc_abort_failed(sc_header *h, int failed_rank);

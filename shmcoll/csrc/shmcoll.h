@@ -88,6 +88,8 @@ size_t sc_segment_size(int world, const sc_params *p);
 /* Bytes of the segment every job touches whatever it runs: header, rank blocks and
  * channel flags (the creator reserves them before formatting). */
 size_t sc_control_bytes(int world);
+/* Bytes of one channel's slots (slot_bytes x nslots, whole pages). */
+size_t sc_channel_bytes(uint64_t slot_bytes, uint32_t nslots);
 /* Backs [off, off + len) of the segment's file with memory now, so that a full
  * /dev/shm is an error here instead of SIGBUS at first touch.  0 or an errno. */
 int sc_reserve(int fd, size_t off, size_t len);
