@@ -6,8 +6,8 @@ import numpy
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 
-config = runpy.run_path(str(Path(__file__).parent / "shmcoll" / "config.py"))
-debug = config["get"]("SHMCOLL_BUILD_DEBUG")
+settings = runpy.run_path(str(Path(__file__).parent / "shmcoll" / "_core" / "settings.py"))
+debug = settings["get"]("SHMCOLL_BUILD_DEBUG")
 
 # -fwrapv: integer reductions wrap like numpy's; -fno-math-errno keeps loops vectorisable.
 common = ["-std=gnu11", "-fwrapv", "-fno-math-errno", "-Wall", "-Wno-unused-function"]
@@ -18,7 +18,8 @@ engine = Extension(
     sources=["shmcoll/_engine.pyx", "shmcoll/csrc/sc_comm.c", "shmcoll/csrc/sc_wait.c",
              "shmcoll/csrc/sc_reduce.c", "shmcoll/csrc/sc_ring.c",
              "shmcoll/csrc/sc_direct.c", "shmcoll/csrc/sc_call.c",
-             "shmcoll/csrc/sc_tree.c", "shmcoll/csrc/sc_rhd.c", "shmcoll/csrc/sc_run.c"],
+             "shmcoll/csrc/sc_rooted.c", "shmcoll/csrc/sc_rhd.c", "shmcoll/csrc/sc_prims.c",
+             "shmcoll/csrc/sc_run.c"],
     depends=[str(p) for p in Path("shmcoll/csrc").glob("*.h")],
     include_dirs=[numpy.get_include(), "shmcoll/csrc"],
     extra_compile_args=common + optimise,

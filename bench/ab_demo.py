@@ -7,7 +7,7 @@ near a ratio of 1.  Timings, so not a test: run it by hand and read the table.
 """
 import sys
 
-from shmcoll import abtest
+from shmcoll.tools import bench_ab as abtest
 
 if __name__ == "__main__":
     args = sys.argv[1:] or ["-np", "3"]

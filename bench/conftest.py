@@ -2,30 +2,21 @@
 mirror processes that repeat each benchmarked call, started once per session."""
 import os
 import secrets
-import subprocess
-import sys
 
 import pytest
 
 import shmcoll
-from shmcoll.perf import bus_factor, copy_reference_seconds
-
-sys.path.insert(0, os.path.dirname(__file__))
-from mirror import build, exchange_command, pin  # noqa: E402
-from shmcoll.abtest import median_call_seconds  # noqa: E402
-
-HERE = os.path.dirname(__file__)
+from shmcoll.collectives import bus_factor
+from shmcoll.tools.harness import (build, copy_reference_seconds, exchange_command,
+                                   median_call_seconds, pin, start_mirrors)
 
 
 class Ranks:
     def __init__(self, world):
         job = "bench-" + secrets.token_hex(8)
-        env = dict(os.environ, SHMCOLL_JOB=job, SHMCOLL_WORLD_SIZE=str(world),
-                   PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(shmcoll.__file__)),
-                                               os.environ.get("PYTHONPATH", "")]))
-        self.mirrors = [subprocess.Popen([sys.executable, os.path.join(HERE, "mirror.py")],
-                                         env=dict(env, SHMCOLL_RANK=str(r)), cwd=HERE)
-                        for r in range(1, world)]
+        here = os.path.dirname(os.path.dirname(shmcoll.__file__))   # this shmcoll, for the mirrors
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
+        self.mirrors = start_mirrors(world, job, env=env)
         self.comm = shmcoll.init(rank=0, world_size=world, job=job)
         pin(0)      # rank r on the r-th CPU, as the mirrors do: placement stays put
 

@@ -105,8 +105,8 @@ def nccl_times(world, sizes):
 
 
 def main(argv=None):
-    from shmcoll.perf import size_sweep
-    from shmcoll.sizes import parse_size
+    from shmcoll.tools.harness import size_sweep
+    from shmcoll._core.sizes import parse_size
     p = argparse.ArgumentParser(description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-np", type=int, default=2)

@@ -19,9 +19,9 @@ import sys
 import numpy as np
 
 import shmcoll
-from shmcoll import selector
-from shmcoll.perf import Case, size_sweep, time_calls
-from shmcoll.sizes import parse_size
+from shmcoll.tuning import selector
+from shmcoll.tools.harness import Case, size_sweep, time_calls
+from shmcoll._core.sizes import parse_size
 
 COLLECTIVES = ("allreduce", "broadcast", "allgather")
 
@@ -55,7 +55,7 @@ def measure(comm, collectives, sizes, rounds, budget):
 
 def worker(comm, collectives, sizes, rounds, budget, bind=False):
     if bind:
-        from shmcoll.abtest import pin
+        from shmcoll.tools.harness import pin
         pin(comm.rank)
     results, chosen = measure(comm, collectives, sizes, rounds, budget)
     return (results, chosen) if comm.rank == 0 else None
@@ -132,7 +132,7 @@ def main(argv=None):
     sizes = size_sweep(opts.minbytes, opts.maxbytes, opts.factor)
     out = {}
     for world in opts.worlds:
-        from shmcoll.calibration import model_for
+        from shmcoll.tuning.calibration import model_for
         model, source = model_for(world)
         results, chosen = shmcoll.launch(worker, world, args=(opts.collectives, sizes, opts.rounds,
                                                               opts.budget, opts.bind))[0]

@@ -9,7 +9,7 @@ median time divided by a memcpy of the same bytes measured in the same run
 """
 import pytest
 
-from shmcoll.selector import ALL_COLLECTIVES, algorithms_for
+from shmcoll.tuning.selector import ALL_COLLECTIVES, algorithms_for
 
 SIZES = [8, 4 << 10, 256 << 10, 16 << 20]
 WORLDS = [2, 4]

@@ -1,5 +1,5 @@
 import sys
 
-from shmcoll.cli import main
+from shmcoll.tools.cli import main
 
 sys.exit(main())

@@ -71,6 +71,9 @@ cdef extern from "csrc/shmcoll.h" nogil:
     enum:
         SC_COLL_BARRIER, SC_COLL_ALLREDUCE, SC_COLL_REDUCE_SCATTER, SC_COLL_ALLGATHER,
         SC_COLL_BROADCAST, SC_COLL_REDUCE, SC_COLL_GATHER, SC_COLL_SCATTER, SC_NCOLLECTIVES
+    enum:
+        SC_ALGO_RING, SC_ALGO_DIRECT, SC_ALGO_DIRECT_TWO_SHOT, SC_ALGO_TREE,
+        SC_ALGO_RHD_DOUBLING, SC_ALGO_RHD_HALVING, SC_ALGO_NAIVE, SC_NALGOS
     int sc_barrier(sc_comm *c)
     int sc_run(sc_comm *c, const sc_args *a)
     int sc_implements(int collective, int algo)
@@ -273,7 +276,7 @@ cdef int check_copyable(cnp.ndarray a) except -1:
 
 
 cdef class Segment:
-    """A mapping of one shared segment (the name is managed by shmcoll.segment).  It
+    """A mapping of one shared segment (the name is managed by shmcoll._core.segment).  It
     keeps a descriptor of the segment's file, through which ranks reserve memory for
     their channels at first use (sc_reserve)."""
     cdef void *base
@@ -423,15 +426,12 @@ def _strerror(int err):
 
 
 
-DEF AUTO_CACHE_MAX = 4096
-
-
 cdef class Engine:
     """One rank's attachment to a segment; owns no name, only the mapping's use.
 
-    `choose(collective, world, nbytes) -> code` picks the algorithm when a call
-    asks for auto; its answers are cached per message size, so the cost model is
-    evaluated once per size, not once per call.
+    `decider` (shmcoll.tuning.decider.Decider) picks each call's schedule; the
+    engine reads the codes it remembers per size and asks it only for a size (and
+    algo) not seen yet, so the cost model runs once per size, not once per call.
 
     One call at a time: every entry into C takes the `_active` word (under the GIL,
     so taking it is atomic) and a second thread's call raises ConcurrentCallError
@@ -444,9 +444,9 @@ cdef class Engine:
     cdef Segment seg
     cdef readonly int rank, world_size
     cdef readonly bint completed_attach
-    cdef public object choose
+    cdef object _decider
     cdef public str closed_reason
-    cdef list _auto_cache
+    cdef dict _codes            # the decider's: collective code -> {size key: schedule}
     cdef double _timeout
     cdef size_t _channel_bytes
     cdef int _active            # a call is inside C
@@ -473,7 +473,6 @@ cdef class Engine:
         self.completed_attach = last
         self._timeout = p.timeout_s
         self._channel_bytes = sc_channel_bytes(p.slot_bytes, p.nslots)
-        self._auto_cache = [{} for _ in range(SC_NCOLLECTIVES)]
         self.closed_reason = "the communicator is closed"
 
     cdef int _enter(self) except -1:
@@ -521,7 +520,7 @@ cdef class Engine:
             raise ClosedError(f"{here}: the communicator was closed during the call, by "
                               f"another thread or a signal handler (this rank was {where})")
         if status == SC_ENOSPACE:
-            from shmcoll.segment import shm_free_bytes
+            from shmcoll._core.segment import shm_free_bytes
             raise SharedMemoryFullError(
                 f"{here}: /dev/shm is too full to back the channel to rank {peer} "
                 f"({self._channel_bytes} bytes needed, {shm_free_bytes()} free); the "
@@ -602,16 +601,20 @@ cdef class Engine:
         return 0
 
     cdef int _code(self, int collective, size_t nbytes, object algo) except -1:
-        """The schedule for this size: `choose` decides once per (size, algo)."""
-        cdef dict cache = self._auto_cache[collective]
+        """The schedule for this size: the decider's, remembered per (size, algo)."""
         key = nbytes if algo is None else (algo, nbytes)
-        code = cache.get(key)
+        code = (<dict>self._codes[collective]).get(key)
         if code is None:
-            if len(cache) >= AUTO_CACHE_MAX:
-                cache.clear()
-            code = self.choose(COLLECTIVE_NAMES[collective], self.world_size, nbytes, algo)
-            cache[key] = code
+            code = self._decider.code(COLLECTIVE_NAMES[collective], nbytes, algo)
         return code
+
+    @property
+    def decider(self):
+        return self._decider
+
+    @decider.setter
+    def decider(self, decider):
+        self._decider, self._codes = decider, decider.codes
 
     cdef int _root(self, int root) except -1:
         if not 0 <= root < self.world_size:
@@ -778,17 +781,29 @@ cdef class Engine:
 
 # The call record's fields in C order, then the pseudo-field SC_FIELD_SEQUENCE.
 CALL_FIELDS = ("collective", "count", "dtype", "op", "root", "algorithm", "sequence")
-COLLECTIVE_NAMES = {SC_COLL_BARRIER: "barrier", SC_COLL_ALLREDUCE: "allreduce",
-                    SC_COLL_REDUCE_SCATTER: "reduce_scatter", SC_COLL_ALLGATHER: "allgather",
-                    SC_COLL_BROADCAST: "broadcast", SC_COLL_REDUCE: "reduce",
-                    SC_COLL_GATHER: "gather", SC_COLL_SCATTER: "scatter"}
-COLLECTIVE_CODES = {name: code for code, name in COLLECTIVE_NAMES.items()}
-COPY_COLLECTIVES = {SC_COLL_ALLGATHER, SC_COLL_BROADCAST, SC_COLL_GATHER, SC_COLL_SCATTER}
+# The C enums under the names the Python side uses: shmcoll.h is their one source,
+# shmcoll.collectives and the algorithm modules read them from here.
+COLLECTIVE_CODES = {"barrier": SC_COLL_BARRIER, "allreduce": SC_COLL_ALLREDUCE,
+                    "reduce_scatter": SC_COLL_REDUCE_SCATTER, "allgather": SC_COLL_ALLGATHER,
+                    "broadcast": SC_COLL_BROADCAST, "reduce": SC_COLL_REDUCE,
+                    "gather": SC_COLL_GATHER, "scatter": SC_COLL_SCATTER}
+COLLECTIVE_NAMES = {code: name for name, code in COLLECTIVE_CODES.items()}
+SCHEDULE_CODES = {"ring": SC_ALGO_RING, "direct": SC_ALGO_DIRECT,
+                  "direct_two_shot": SC_ALGO_DIRECT_TWO_SHOT, "tree": SC_ALGO_TREE,
+                  "rhd_doubling": SC_ALGO_RHD_DOUBLING, "rhd_halving": SC_ALGO_RHD_HALVING,
+                  "naive": SC_ALGO_NAIVE}
+assert len(COLLECTIVE_CODES) == SC_NCOLLECTIVES - 1 and len(SCHEDULE_CODES) == SC_NALGOS
 
 
 def implements(collective, int algo):
-    """Whether the engine has a schedule for (collective name, algorithm code)."""
+    """Whether the engine has a schedule for (collective name, schedule code)."""
     return bool(sc_implements(COLLECTIVE_CODES[collective], algo))
+
+
+def implemented():
+    """{(collective name, schedule code)} of every schedule the engine runs (sc_run.c)."""
+    return {(name, code) for name, coll in COLLECTIVE_CODES.items()
+            for code in range(SC_NALGOS) if sc_implements(coll, code)}
 
 
 def _describe(field, value):
@@ -806,7 +821,7 @@ def _describe(field, value):
             from shmcoll.ops import ReduceOp
             return ReduceOp.from_code(value).value
         if field == "algorithm":
-            from shmcoll.algorithms import name_of_code
+            from shmcoll.tuning.algorithms import name_of_code
             return name_of_code(value)
         if field == "sequence":
             return f"call #{value}"
@@ -821,7 +836,9 @@ cdef object _mismatch_error(sc_comm *c, str what, int rank):
     field = CALL_FIELDS[info[0]] if 0 <= info[0] < len(CALL_FIELDS) else "call"
     a, b = info[1], info[2]
     mine, theirs = _describe(field, info[3]), _describe(field, info[4])
-    unit = " (bytes)" if field == "count" and info[5] in COPY_COLLECTIVES else ""
+    from shmcoll.collectives import BY_CODE
+    copies = info[5] in BY_CODE and not BY_CODE[info[5]].reducing
+    unit = " (bytes)" if field == "count" and copies else ""
     if field == "sequence":
         return MismatchError(f"{what} on rank {rank}: rank {b} ran ahead of rank {a}: its record "
                              f"of {mine} was overwritten by {theirs}; the communicator is "

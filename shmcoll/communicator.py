@@ -1,16 +1,29 @@
 """Communicator: argument checking and dispatch to the engine; no data loops here."""
+from __future__ import annotations
+
 import operator
 import os
 import time
 import weakref
+from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 
 import numpy as np
 
-from shmcoll import _engine, calibration, segment, selector
-from shmcoll.config import EngineParams, get
+from shmcoll import _engine
+from shmcoll._core import segment
+from shmcoll._core.settings import EngineParams, get
 from shmcoll.cuda import is_device_array
 from shmcoll.errors import SegmentError
 from shmcoll.ops import OP_CODES, op_code
+from shmcoll.tuning import calibration, selector
+from shmcoll.tuning.decider import Decider
+
+if TYPE_CHECKING:
+    from shmcoll.ops import ReduceOp
+
+# A numpy array, or a device array exposing __cuda_array_interface__ (CuPy's).
+Array = Any
+Op = Union[str, "ReduceOp"]
 
 
 def _op(op):
@@ -37,7 +50,7 @@ def _root(root, world):
 
 # A forked child inherits the mapping but is not the rank: its copies are disowned at
 # fork time, so using one raises instead of corrupting the parent's channels.
-_ENGINES = weakref.WeakSet()
+_ENGINES: weakref.WeakSet[Any] = weakref.WeakSet()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=lambda: [e.disown() for e in list(_ENGINES)])
 
@@ -52,40 +65,31 @@ class Communicator:
     and dtype, and ``out=x`` (allreduce) works in place.
     """
 
-    def __init__(self, engine, rules=None, timeout=None):
+    def __init__(self, engine: Any, rules: Optional[selector.Rules] = None,
+                 timeout: Optional[float] = None) -> None:
         self._engine = engine
         self._timeout = get("SHMCOLL_TIMEOUT") if timeout is None else timeout
         self._device_path = None
-        self.rank = engine.rank
-        self.world_size = engine.world_size
+        self.rank: int = engine.rank
+        self.world_size: int = engine.world_size
         self._rules = rules or selector.Rules()
-        self._model, self.model_source = calibration.model_for(self.world_size)
-        self._debug = str(get("SHMCOLL_DEBUG")).upper() in ("INFO", "TRACE")
-        engine.choose = self._choose
+        model, self.model_source = calibration.model_for(self.world_size)
+        debug = str(get("SHMCOLL_DEBUG")).upper() in ("INFO", "TRACE")
+        engine.decider = Decider(self.world_size, model, self._rules,
+                                 log_rank=self.rank if debug else None)
         _ENGINES.add(engine)
 
-    def _decide(self, collective, nbytes, algo=None):
-        """The selector's decision for this communicator (model and overrides)."""
-        if algo is not None and not isinstance(algo, str):
-            raise ValueError(f"algo must be an algorithm name, 'auto' or None, got {algo!r}")
-        return selector.decide(collective, self.world_size, nbytes, algo, self._model,
-                               self._rules)
-
-    def _choose(self, collective, world, nbytes, algo):
-        """Engine code for a call (the engine caches it per size and algo): `algo` if
-        named (its best variant for the size), else the SHMCOLL_ALGO rule covering
-        the size, else the cost model's argmin."""
-        decision = self._decide(collective, nbytes, algo)
-        if self._debug:
-            selector.log_decision(self.rank, collective, world, nbytes, decision)
-        return decision.candidate.code
-
-    def algorithm_for(self, collective, nbytes, algo=None, device=False):
-        """What a call of `collective` on nbytes (see shmcoll.selector) runs here, as
-        'algorithm' or 'algorithm (variant)'; device=True: for device arrays."""
+    def algorithm_for(self, collective: str, nbytes: int, algo: Optional[str] = None,
+                      device: bool = False) -> str:
+        """What a call of `collective` on nbytes (priced as in shmcoll.collectives) runs
+        here, as 'algorithm' or 'algorithm (variant)'; device=True: for device arrays."""
         if device:
             return self._device().algorithm_for(collective, nbytes, algo)
-        return self._decide(collective, nbytes, algo).candidate.label
+        return self._decider(device).label(collective, nbytes, algo)
+
+    def _decider(self, device=False):
+        """The Decider of the CPU engine or (device=True) of the GPU path."""
+        return self._device().decider if device else self._engine.decider
 
     def _device(self):
         """The GPU path (shmcoll.cuda), set up at the first device array."""
@@ -93,10 +97,10 @@ class Communicator:
             if self.closed:
                 self._engine.barrier()      # raises ClosedError
             from shmcoll.cuda.path import DevicePath
-            self._device_path = DevicePath(self)
+            self._device_path = DevicePath(self._engine, self._rules, self._timeout)
         return self._device_path
 
-    def synchronize(self):
+    def synchronize(self) -> None:
         """Wait until this rank's collectives on device arrays have finished on the
         device, and raise any error a device-side wait recorded (the GPU path runs
         asynchronously on the current CUDA stream).  A no-op for numpy arrays."""
@@ -104,7 +108,8 @@ class Communicator:
             self._device_path.synchronize()
 
     # -- collectives -------------------------------------------------------
-    def allreduce(self, x, out=None, op="sum", algo=None):
+    def allreduce(self, x: Array, out: Optional[Array] = None, op: Op = "sum",
+                  algo: Optional[str] = None) -> Array:
         """Reduce x over all ranks; every rank gets the result (same shape and dtype).
         out=x works in place."""
         try:    # the hot path: one dict lookup for the common op names
@@ -115,33 +120,38 @@ class Communicator:
             return self._device().allreduce(x, out, code, algo)
         return self._engine.allreduce(x, out, code, algo)
 
-    def reduce(self, x, out=None, op="sum", root=0, algo=None):
+    def reduce(self, x: Array, out: Optional[Array] = None, op: Op = "sum", root: int = 0,
+               algo: Optional[str] = None) -> Optional[Array]:
         """Reduce x over all ranks into `root`: returns the result there, None elsewhere."""
         if is_device_array(x):
             return self._device().reduce(x, out, _op(op), _root(root, self.world_size), algo)
         return self._engine.reduce(x, out, _op(op), _root(root, self.world_size), algo)
 
-    def reduce_scatter(self, x, out=None, op="sum", algo=None):
+    def reduce_scatter(self, x: Array, out: Optional[Array] = None, op: Op = "sum",
+                       algo: Optional[str] = None) -> Array:
         """Reduce x over all ranks; rank r gets rows [r*m, (r+1)*m) of the result,
         where m = x.shape[0] // world_size (x.shape[0] must be divisible)."""
         if is_device_array(x):
             return self._device().reduce_scatter(x, out, _op(op), algo)
         return self._engine.reduce_scatter(x, out, _op(op), algo)
 
-    def allgather(self, x, out=None, algo=None):
+    def allgather(self, x: Array, out: Optional[Array] = None,
+                  algo: Optional[str] = None) -> Array:
         """Every rank gets the stack of all ranks' x: shape (world_size, *x.shape)."""
         if is_device_array(x):
             return self._device().allgather(x, out, algo)
         return self._engine.allgather(x, out, algo)
 
-    def gather(self, x, out=None, root=0, algo=None):
+    def gather(self, x: Array, out: Optional[Array] = None, root: int = 0,
+               algo: Optional[str] = None) -> Optional[Array]:
         """`root` gets the stack of all ranks' x, shape (world_size, *x.shape); other
         ranks get None."""
         if is_device_array(x):
             return self._device().gather(x, out, _root(root, self.world_size), algo)
         return self._engine.gather(x, out, _root(root, self.world_size), algo)
 
-    def scatter(self, x, out=None, root=0, algo=None):
+    def scatter(self, x: Optional[Array], out: Optional[Array] = None, root: int = 0,
+                algo: Optional[str] = None) -> Array:
         """Row r of the root's x, shape (world_size, *s), goes to rank r.  Other ranks
         pass x=None and `out` (their receive buffer of shape s), or an x of the
         root's shape and dtype (only its shape is used) to have out allocated."""
@@ -149,23 +159,23 @@ class Communicator:
             return self._device().scatter(x, out, _root(root, self.world_size), algo)
         return self._engine.scatter(x, out, _root(root, self.world_size), algo)
 
-    def broadcast(self, x, root=0, algo=None):
+    def broadcast(self, x: Array, root: int = 0, algo: Optional[str] = None) -> Array:
         """Copy the root's x into x on every rank (in place; x must be a writeable,
         C-contiguous array of the same size everywhere).  Returns x."""
         if is_device_array(x):
             return self._device().broadcast(x, _root(root, self.world_size), algo)
         return self._engine.broadcast(x, _root(root, self.world_size), algo)
 
-    def barrier(self):
+    def barrier(self) -> None:
         """Return once every rank has entered the barrier."""
         self._engine.barrier()
 
     # -- lifecycle ---------------------------------------------------------
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return self._engine.closed
 
-    def close(self):
+    def close(self) -> None:
         """Leave the job.  Peers still waiting for this rank get PeerLostError.  With
         device buffers set up, every rank must close (they are freed only once no
         peer has them open)."""
@@ -179,17 +189,17 @@ class Communicator:
             self._device_path.close(failed=True)
         self._engine.close(failed=True)
 
-    def __enter__(self):
+    def __enter__(self) -> Communicator:
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         if exc_type is None:
             self.close()
         else:
             self._fail()
         return False
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return f"<shmcoll.Communicator rank {self.rank} of {self.world_size}, {state}>"
 
@@ -230,7 +240,8 @@ def attach(name, rank, world, token, params):
     return _join(seg, name, rank, world, token, params)
 
 
-def init(rank=None, world_size=None, job=None, timeout=None, bind=None):
+def init(rank: Optional[int] = None, world_size: Optional[int] = None, job: Optional[str] = None,
+         timeout: Optional[float] = None, bind: Optional[str] = None) -> Communicator:
     """Join a job by name, for processes started by anything else.
 
     Defaults come from SHMCOLL_RANK, SHMCOLL_WORLD_SIZE and SHMCOLL_JOB.  All
@@ -239,7 +250,7 @@ def init(rank=None, world_size=None, job=None, timeout=None, bind=None):
     the others wait for it (up to the timeout).  Without an instance id a formed job
     keeps its name visible SHMCOLL_JOIN_GRACE seconds before returning, so that two
     jobs started at once under one name are refused rather than mixed.  `bind` pins this
-    rank as launch(bind=...) would ("core", "llc", "numa"; see shmcoll.topology).
+    rank as launch(bind=...) would ("core", "llc", "numa"; see shmcoll._core.topology).
     """
     rank = get("SHMCOLL_RANK") if rank is None else rank
     world_size = get("SHMCOLL_WORLD_SIZE") if world_size is None else world_size
@@ -256,7 +267,7 @@ def init(rank=None, world_size=None, job=None, timeout=None, bind=None):
         raise ValueError("job name must not be empty")
     params = EngineParams.from_env(world_size, timeout)
     if bind is not None:
-        from shmcoll import topology
+        from shmcoll._core import topology
         topology.bind_self(topology.placement(topology.discover(), world_size, bind)[rank])
     instance = segment.launch_instance()
     name, token = segment.job_identity(job, instance)

@@ -12,29 +12,32 @@ import signal
 import sys
 import traceback
 from multiprocessing.connection import wait
+from typing import Any, Callable, List, Optional, Sequence
 
-from shmcoll import segment, selector
-from shmcoll.config import EngineParams, get
+from shmcoll._core import segment
+from shmcoll._core.settings import EngineParams, get
 from shmcoll.errors import JobAbortedError, LaunchError, PeerLostError
+from shmcoll.tuning import selector
 
 _GRACE_S = 2.0
 
 
-def launch(fn, nprocs, args=(), timeout=None, bind=None):
+def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (),
+           timeout: Optional[float] = None, bind: Optional[str] = None) -> List[Any]:
     """Start `nprocs` ranks, call ``fn(comm, *args)`` in each; return results in rank order.
 
     `fn` and `args` must be picklable (the spawn start method is used).  `timeout`
     bounds every wait inside a collective (default SHMCOLL_TIMEOUT).  `bind` pins the
     ranks: "core" (one CPU each), "llc" (the CPUs of a last-level-cache group) or "numa"
     (a NUMA node), in topology order so that rank neighbours share caches
-    (shmcoll.topology); None leaves placement to the scheduler.
+    (shmcoll._core.topology); None leaves placement to the scheduler.
     """
     nprocs = int(nprocs)
     if nprocs < 1:
         raise ValueError(f"nprocs must be >= 1, got {nprocs}")
     places = [None] * nprocs
     if bind is not None:
-        from shmcoll import topology
+        from shmcoll._core import topology
         places = topology.placement(topology.discover(), nprocs, bind)
     params = EngineParams.from_env(nprocs, timeout)
     selector.parse_overrides(get("SHMCOLL_ALGO"))     # a bad value fails here, not in N ranks
@@ -155,7 +158,7 @@ def _rank_main(fn, args, rank, world, name, token, params, conn, cpus=None, laun
     from shmcoll.communicator import attach
     _die_with_parent(os.getppid() if launcher_pid is None else launcher_pid, name)
     if cpus is not None:
-        from shmcoll.topology import bind_self
+        from shmcoll._core.topology import bind_self
         bind_self(cpus)
     try:
         comm = attach(name, rank, world, token, params)

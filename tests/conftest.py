@@ -7,7 +7,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 # Algorithm choices must not depend on a calibration this machine happens to have.
 os.environ["SHMCOLL_CALIBRATION"] = "off"
 
-from shmcoll import segment  # noqa: E402
+from shmcoll._core import segment  # noqa: E402
 from rankpool import RankPool  # noqa: E402
 
 

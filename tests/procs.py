@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import shmcoll
-from shmcoll import segment
+from shmcoll._core import segment
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # The directory holding the shmcoll this test imported (installed or built in place).

@@ -1,6 +1,9 @@
 """Pure-numpy reference for every collective, and deterministic per-rank inputs."""
 import numpy as np
 
+from shmcoll.collectives import BY_NAME
+from shmcoll.ops import reference_reduce
+
 try:
     import ml_dtypes
     BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
@@ -42,32 +45,9 @@ def make_input(rank, shape, dtype_name, op, seed=0):
     return vals.astype(np.int64).astype(dtype_of(dtype_name)).reshape(shape)
 
 
-def _accumulator(dtype_name):
-    return np.float32 if dtype_name in ("float16", "bfloat16") else dtype_of(dtype_name)
-
-
 def reduce_ref(xs, op, dtype_name):
     """The reduction of the stacked inputs, computed like the engine defines it."""
-    acc = _accumulator(dtype_name)
-    stack = np.stack([x.astype(acc) for x in xs])
-    if op == "sum":
-        res = stack.sum(axis=0, dtype=acc)
-    elif op == "prod":
-        res = stack.prod(axis=0, dtype=acc)
-    elif op == "min":
-        res = stack.min(axis=0)
-    elif op == "max":
-        res = stack.max(axis=0)
-    elif op == "avg":
-        total = stack.sum(axis=0, dtype=acc)
-        res = total // len(xs) if not is_float(dtype_name) else total / np.asarray(len(xs), acc)
-    else:
-        ufunc = {"band": np.bitwise_and, "bor": np.bitwise_or, "bxor": np.bitwise_xor}[op]
-        res = ufunc.reduce(stack, axis=0)
-    return np.asarray(res).astype(dtype_of(dtype_name))
-
-
-ROOTED_RESULT = ("reduce", "gather")    # None on every rank but the root
+    return reference_reduce([np.asarray(x, dtype_of(dtype_name)) for x in xs], op)
 
 
 def expected_result(case, P, rank):
@@ -76,7 +56,7 @@ def expected_result(case, P, rank):
     seed = case[6] if len(case) > 6 else 0
     root = case[7] if len(case) > 7 else 0
     op = op or "sum"
-    if collective in ROOTED_RESULT and rank != root:
+    if not BY_NAME[collective].result_on(rank, root):
         return None
     if collective == "broadcast":
         return make_input(root, shape, dt, op, seed)

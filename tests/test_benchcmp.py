@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from shmcoll import benchcmp
+from shmcoll.tools import bench_compare as benchcmp
 
 
 def _run(path, medians, yard=None, mins=None):
@@ -63,7 +63,7 @@ class ScriptedSide:
 
 
 def test_bench_ab_interleaves_pairs_and_takes_the_median_ratio():
-    from shmcoll import abtest
+    from shmcoll.tools import bench_ab as abtest
     log = []
     a = ScriptedSide("A", [1.0, 1.0, 2.0, 1.0, 1.0], "ring", log)
     b = ScriptedSide("B", [1.1, 1.3, 2.4, 5.0, 0.9], "naive", log)
@@ -81,14 +81,14 @@ def test_bench_ab_interleaves_pairs_and_takes_the_median_ratio():
     ([1.14, 1.14, 1.14, 1.14], False),                    # below the threshold
 ])
 def test_bench_ab_flags_by_the_lower_quartile(ratios, flagged):
-    from shmcoll import abtest
+    from shmcoll.tools import bench_ab as abtest
     assert abtest.slower(ratios, 15.0) is flagged
 
 
 def test_bench_ab_exit_status_and_report_follow_the_flags(tmp_path, monkeypatch, capsys):
     """A setting that slows one benchmark (B 1.5x on every pair) and not another: only
     that one is flagged, and the run exits 1."""
-    from shmcoll import abtest
+    from shmcoll.tools import bench_ab as abtest
     timings = {"allreduce-auto-4096B-2": (1.0, 1.5), "allreduce-ring-4096B-2": (1.0, 1.0)}
 
     class Side:

@@ -4,7 +4,7 @@ import signal
 import time
 
 from procs import cleaned_up, run, spawn
-from shmcoll import segment
+from shmcoll._core import segment
 
 
 def cleanup(*args):

@@ -41,7 +41,7 @@ def test_perf_rejects_bad_arguments():
 
 
 def test_info_lists_every_setting():
-    from shmcoll.config import SETTINGS
+    from shmcoll._core.settings import SETTINGS
     res = run_cli("info")
     assert res.returncode == 0
     for name in SETTINGS:
@@ -102,7 +102,7 @@ def test_calibrate_dry_run_fits_and_prints_decisions(tmp_path):
 
 
 def test_info_prints_calibration_and_decisions_in_the_override_grammar(tmp_path):
-    from shmcoll import selector
+    from shmcoll.tuning import selector
     res = run_cli("info", "-np", "3")
     assert res.returncode == 0, res.stderr
     line = next(l for l in res.stdout.splitlines() if "decisions:" in l)

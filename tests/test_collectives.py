@@ -8,17 +8,16 @@ import pytest
 from reference import (ALL_DTYPES, FLOAT_DTYPES, bitwise_equal, expected_result, ops_for,
                        dtype_of)
 from workers import run_cases, float_sum_random
-from shmcoll.config import SETTINGS
-from shmcoll.selector import algorithms_for
+from shmcoll._core.settings import SETTINGS
+from shmcoll.collectives import NAMES, REDUCING, ROOTED
+from shmcoll.tuning.selector import algorithms_for
 
 WORLDS = [1, 2, 3, 4, 5, 8]
 
 # A chunk is one slot of accumulator elements: LONG crosses chunk boundaries
 # (twice for 4-byte accumulators) with blocks of unequal length.
 LONG = 2 * SETTINGS["SHMCOLL_SLOT_BYTES"].default // 4 + 5
-REDUCING = ("allreduce", "reduce_scatter", "reduce")
-COPYING = ("allgather", "gather", "scatter", "broadcast")
-ROOTED = ("reduce", "gather", "scatter", "broadcast")
+COPYING = tuple(c for c in NAMES if c not in REDUCING)
 
 
 def algos(collective):

@@ -220,7 +220,8 @@ def test_perf_device_cuda_runs_the_gpu_path_and_checks_results():
 
 
 def test_device_decisions_print_in_the_override_grammar_with_device_algorithms_only():
-    from shmcoll import calibration, selector
+    from shmcoll.tuning import calibration
+    from shmcoll.tuning import selector
     rules = selector.describe(4, calibration.DEVICE_DEFAULT, variants=VARIANTS)
     assert {r.algorithm for r in rules} <= {"direct", "ring"}
     assert {r.collective for r in rules} == set(VARIANTS)

@@ -6,14 +6,15 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 
 from reference import ALL_DTYPES, bitwise_equal, expected_result, ops_for  # noqa: E402
 from workers import run_cases  # noqa: E402
-from shmcoll.selector import ALL_COLLECTIVES, algorithms_for  # noqa: E402
+from shmcoll.collectives import NAMES as ALL_COLLECTIVES, REDUCING  # noqa: E402
+from shmcoll.tuning.selector import algorithms_for  # noqa: E402
 
 
 @st.composite
 def cases(draw, P):
     collective = draw(st.sampled_from(ALL_COLLECTIVES))
     dt = draw(st.sampled_from(ALL_DTYPES))
-    reducing = collective in ("allreduce", "reduce_scatter", "reduce")
+    reducing = collective in REDUCING
     op = draw(st.sampled_from(ops_for(dt))) if reducing else "sum"
     ndim = draw(st.integers(1 if collective == "reduce_scatter" else 0, 3))
     shape = tuple(draw(st.lists(st.integers(0, 9), min_size=ndim, max_size=ndim)))

@@ -5,7 +5,7 @@ import signal
 import time
 
 from procs import cleaned_up, rank_env, spawn
-from shmcoll import segment
+from shmcoll._core import segment
 
 
 def start(where, rank, world, job):

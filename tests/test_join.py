@@ -7,7 +7,7 @@ import pytest
 
 import shmcoll
 from procs import rank_env, spawn
-from shmcoll import segment
+from shmcoll._core import segment
 
 
 def start_ranks(world, job, ranks=None, timeout=20):

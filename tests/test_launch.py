@@ -6,7 +6,7 @@ import time
 import pytest
 
 import shmcoll
-from shmcoll import segment
+from shmcoll._core import segment
 from workers import allreduce_sum_of_rank, kill_self_on, raise_on, rank_and_size, sleep_then_allreduce
 
 

@@ -6,7 +6,7 @@ import time
 import pytest
 
 from procs import cleaned_up, spawn
-from shmcoll import segment
+from shmcoll._core import segment
 
 
 def alive(pid):

@@ -7,12 +7,11 @@ import secrets
 import pytest
 
 import shmcoll
-from shmcoll.selector import algorithms_for
+from shmcoll.collectives import NAMES, ROOTED
+from shmcoll.tuning.selector import algorithms_for
 from workers import call_sequences, mismatched_calls, typed_broadcasts
 
 F32 = "float32"
-ROOTED = {"broadcast", "reduce", "gather", "scatter"}
-REDUCING = {"allreduce", "reduce", "reduce_scatter"}
 
 
 def spec(kind="allreduce", count=1000, dtype=F32, op="sum", algo=None, root=0):
@@ -28,8 +27,7 @@ def class_matrix(world=4):
     """(id, field, calls per rank): for every collective and algorithm, the last rank
     (the farthest from root 0 in every tree) differs in count, dtype or root."""
     cases = []
-    for kind in ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "gather",
-                 "scatter"):
+    for kind in NAMES:
         for algo in algorithms_for(kind):
             base = spec(kind, 1000, algo=algo)
             cases.append((f"{kind}-{algo}-count", "count",

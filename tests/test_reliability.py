@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 import shmcoll
-from shmcoll import _engine, segment
-from shmcoll.config import EngineParams
+from shmcoll import _engine
+from shmcoll._core import segment
+from shmcoll._core.settings import EngineParams
 from workers import (allreduce_with_memory_limit, close_during_call, close_from_signal_handler,
                      kill_self_on, late_allreduce, second_thread_enters, two_threads_hammer)
 

@@ -9,8 +9,9 @@ import pytest
 
 import shmcoll
 from procs import cleaned_up, run, spawn
-from shmcoll import _engine, segment
-from shmcoll.config import EngineParams
+from shmcoll import _engine
+from shmcoll._core import segment
+from shmcoll._core.settings import EngineParams
 
 
 def join(job, rank, world, timeout=3.0):
@@ -128,7 +129,7 @@ def test_job_names_are_keyed_by_a_private_per_user_secret():
     assert len(key) == 32
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     assert stat.S_IMODE(os.stat(os.path.join(base, "shmcoll", "job-key")).st_mode) == 0o600
-    code = "from shmcoll import segment; print(segment.job_identity('same-job')[0])"
+    code = "from shmcoll._core import segment; print(segment.job_identity('same-job')[0])"
     other = run("-c", code).stdout.strip()
     assert other == segment.job_identity("same-job")[0]       # same user: same name
     import hashlib
@@ -137,14 +138,14 @@ def test_job_names_are_keyed_by_a_private_per_user_secret():
 
 
 def _key_in(env, timeout=60):
-    res = run("-c", "from shmcoll import segment; print(segment._job_key().hex())",
+    res = run("-c", "from shmcoll._core import segment; print(segment._job_key().hex())",
               timeout=timeout, **env)
     return res
 
 
 KEY_RACER = """
 import os, sys, time
-from shmcoll import segment
+from shmcoll._core import segment
 base, t0, rounds = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 for i in range(rounds):
     os.environ["XDG_CACHE_HOME"] = os.path.join(base, str(i))

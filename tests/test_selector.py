@@ -4,9 +4,10 @@ import math
 
 import pytest
 
-from shmcoll import calibration, selector
-from shmcoll.algorithms import REGISTRY, direct, naive, rhd, ring, tree
-from shmcoll.algorithms.terms import CostModel, Models, Terms
+from shmcoll.tuning import calibration
+from shmcoll.tuning import selector
+from shmcoll.tuning.algorithms import REGISTRY, direct, naive, rhd, ring, tree
+from shmcoll.tuning.algorithms.terms import CostModel, Models, Terms
 
 # α = 1 µs per step, o = 0, β = 1 ns/B, γ = 0.5 ns/B: the textbook formulas.
 M = CostModel(alpha=1e-6, overhead=0.0, beta=1e-9, gamma=0.5e-9)
@@ -246,7 +247,7 @@ def test_a_bound_rank_decides_like_its_unbound_peers():
 
 
 def test_cgroup_limits_are_read_from_cpuset_and_quota(tmp_path):
-    from shmcoll.config import _cgroup_cpus
+    from shmcoll._core.topology import cgroup_cpus as _cgroup_cpus
     (tmp_path / "cpuset.cpus.effective").write_text("0-3,8,10-11\n")
     (tmp_path / "cpu.max").write_text("max 100000\n")
     assert _cgroup_cpus(str(tmp_path)) == 7

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from procs import run
-from shmcoll.algorithms import REGISTRY
-from shmcoll.algorithms.rounds import per_rank_totals
-from shmcoll.algorithms.terms import log2_ceil
+from shmcoll.tuning.algorithms import REGISTRY
+from shmcoll.tuning.algorithms.rounds import per_rank_totals
+from shmcoll.tuning.algorithms.terms import log2_ceil
 from shmcoll.simulator import PRESETS, Cluster, Link, candidates, crossover, parse_link, price, simulate
 from shmcoll.simulator import seed
 

@@ -5,7 +5,7 @@ P=4, 10^6 ring messages); by default a shortened run keeps the suite quick."""
 import os
 
 import shmcoll
-from shmcoll import segment
+from shmcoll._core import segment
 from workers import ring_stress, soak
 
 

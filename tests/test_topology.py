@@ -4,7 +4,7 @@ import os
 import pytest
 
 import shmcoll
-from shmcoll import topology
+from shmcoll._core import topology
 
 
 def fake_sysfs(root, packages=2, nodes_per_package=2, llc_per_node=4, cores_per_llc=2, smt=2):

@@ -6,39 +6,35 @@ import time
 import numpy as np
 
 from reference import dtype_of, make_input
+from shmcoll.tools.harness import in_place, invoke
+
+
+def _case_inputs(comm, collective, shape, dtype_name, op, seed, root, to=lambda a: a):
+    """(x, out) of a case on this rank: its deterministic input (broadcast: the root's,
+    zeros elsewhere; scatter: the root's stack of every rank's, and receive buffers
+    elsewhere), `to` applied to every array (device arrays)."""
+    P, r = comm.world_size, comm.rank
+    if collective == "broadcast":
+        buf = make_input(root, shape, dtype_name, op, seed) if r == root else \
+            np.zeros(shape, dtype_of(dtype_name))
+        return to(buf), None
+    if collective == "scatter":
+        if r != root:
+            return None, to(np.empty(shape, dtype_of(dtype_name)))
+        return to(np.stack([make_input(q, shape, dtype_name, op, seed) for q in range(P)])), None
+    return to(make_input(r, shape, dtype_name, op, seed)), None
 
 
 def run_case(comm, collective, shape, dtype_name, op, inplace, algo=None, seed=0, root=0):
     """Run one collective on this rank's deterministic input; return the result
     (reference.expected_result says what it must be)."""
-    P, r = comm.world_size, comm.rank
-    x = make_input(r, shape, dtype_name, op, seed)
-    if collective == "allreduce":
-        return comm.allreduce(x, out=x if inplace else None, op=op, algo=algo)
-    if collective == "reduce":
-        return comm.reduce(x, out=x if inplace else None, op=op, root=root, algo=algo)
-    if collective == "reduce_scatter":
-        if inplace:
-            m = shape[0] // P
-            return comm.reduce_scatter(x, out=x[r * m:(r + 1) * m], op=op, algo=algo).copy()
-        return comm.reduce_scatter(x, op=op, algo=algo)
-    if collective == "broadcast":
-        buf = make_input(root, shape, dtype_name, op, seed) if r == root else np.zeros_like(x)
-        return comm.broadcast(buf, root=root, algo=algo)
-    if collective == "scatter":
-        if r != root:
-            out = np.empty(shape, dtype_of(dtype_name))
-            return comm.scatter(None, out=out, root=root, algo=algo)
-        rows = np.stack([make_input(q, shape, dtype_name, op, seed) for q in range(P)])
-        return comm.scatter(rows, out=rows[r, ...] if inplace else None, root=root, algo=algo).copy()
-    out = None
+    x, out = _case_inputs(comm, collective, shape, dtype_name, op, seed, root)
     if inplace:
-        out = np.empty((P,) + tuple(shape), dtype_of(dtype_name))
-        out[r] = x
-        x = out[r, ...]
-    if collective == "gather":
-        return comm.gather(x, out=out, root=root, algo=algo)
-    return comm.allgather(x, out=out, algo=algo)
+        if collective in ("allgather", "gather"):
+            out = np.empty((comm.world_size,) + tuple(shape), x.dtype)
+        x, out = in_place(comm, collective, x, out, root)
+    got = invoke(comm, collective, x, out, op, root, algo)
+    return None if got is None else got.copy()
 
 
 def run_cases(comm, cases):
@@ -189,22 +185,13 @@ def _call(comm, spec):
     if kind == "sleep":
         return time.sleep(count / 1000)
     x = np.ones(count, dtype) if count >= 0 else np.ones((), dtype)
-    if kind == "barrier":
-        return comm.barrier()
-    if kind == "allgather":
-        return comm.allgather(x, algo=algo)
+    out = None
     if kind == "reduce_scatter":
-        return comm.reduce_scatter(np.ones(count * comm.world_size, dtype), op=op, algo=algo)
-    if kind == "broadcast":
-        return comm.broadcast(x, root=root, algo=algo)
-    if kind == "reduce":
-        return comm.reduce(x, op=op, root=root, algo=algo)
-    if kind == "gather":
-        return comm.gather(x, root=root, algo=algo)
-    if kind == "scatter":
-        rows = np.ones((comm.world_size, count), dtype) if comm.rank == root else None
-        return comm.scatter(rows, out=np.empty(count, dtype), root=root, algo=algo)
-    return comm.allreduce(x, op=op, algo=algo)
+        x = np.ones(count * comm.world_size, dtype)
+    elif kind == "scatter":
+        x = np.ones((comm.world_size, count), dtype) if comm.rank == root else None
+        out = np.empty(count, dtype)
+    return invoke(comm, kind, x, out, op, root, algo)
 
 
 def _outcome(call):
@@ -263,7 +250,7 @@ def use_in_forked_child(comm):
     return message, float(comm.allreduce(np.ones(4, np.float32)).sum())
 
 
-from shmcoll.selector import ALL_COLLECTIVES as SOAK_COLLECTIVES  # noqa: E402
+from shmcoll.collectives import NAMES as SOAK_COLLECTIVES  # noqa: E402
 
 
 def _rss_bytes():
@@ -277,7 +264,7 @@ def soak(comm, n_ops, seed, max_bytes):
     the second half): a leak grows with the number of calls, malloc's high-water mark
     does not."""
     from reference import ALL_DTYPES, bitwise_equal, dtype_of, expected_result, ops_for
-    from shmcoll.selector import algorithms_for
+    from shmcoll.tuning.selector import algorithms_for
     rng = np.random.default_rng(seed)
     P, r = comm.world_size, comm.rank
     wrong, peaks = [], [0, 0]
@@ -344,7 +331,7 @@ def theorem1(comm, cases, m):
     allgather(reduce_scatter(x)) by ring and by direct, on random inputs of
     world_size * m elements (so the orders of summation differ between algorithms)."""
     from reference import dtype_of
-    from shmcoll.selector import algorithms_for
+    from shmcoll.tuning.selector import algorithms_for
     P, out = comm.world_size, []
     for dt, op in cases:
         rng = np.random.default_rng([7, comm.rank, len(dt), len(op)])
@@ -367,33 +354,14 @@ def two_decisions(comm):
 
 def run_device_case(comm, collective, shape, dtype_name, op, inplace, algo=None, seed=0, root=0):
     """run_case on device arrays (CuPy's, or stand-ins with SHMCOLL_CUDA_BACKEND=host);
-    returns numpy results like run_case."""
+    returns numpy results like run_case (in place: allreduce only)."""
     from shmcoll.cuda import array_converters
     dev, to_host = array_converters()
-    P, r = comm.world_size, comm.rank
-    x = dev(make_input(r, shape, dtype_name, op, seed))
-
-    def host(a):
-        return None if a is None else to_host(a)
-    if collective == "allreduce":
-        return host(comm.allreduce(x, out=x if inplace else None, op=op, algo=algo))
-    if collective == "reduce":
-        return host(comm.reduce(x, op=op, root=root, algo=algo))
-    if collective == "reduce_scatter":
-        return host(comm.reduce_scatter(x, op=op, algo=algo))
-    if collective == "broadcast":
-        buf = make_input(root, shape, dtype_name, op, seed) if r == root else \
-            np.zeros(shape, dtype_of(dtype_name))
-        return host(comm.broadcast(dev(buf), root=root, algo=algo))
-    if collective == "scatter":
-        if r != root:
-            out = dev(np.empty(shape, dtype_of(dtype_name)))
-            return host(comm.scatter(None, out=out, root=root, algo=algo))
-        rows = np.stack([make_input(q, shape, dtype_name, op, seed) for q in range(P)])
-        return host(comm.scatter(dev(rows), root=root, algo=algo))
-    if collective == "gather":
-        return host(comm.gather(x, root=root, algo=algo))
-    return host(comm.allgather(x, algo=algo))
+    x, out = _case_inputs(comm, collective, shape, dtype_name, op, seed, root, dev)
+    if inplace and collective == "allreduce":
+        out = x
+    got = invoke(comm, collective, x, out, op, root, algo)
+    return None if got is None else to_host(got)
 
 
 def run_device_cases_one_slow(comm, cases, slow_rank, delay):

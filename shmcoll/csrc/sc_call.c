@@ -48,9 +48,7 @@ int sc_call_check(sc_comm *c, int peer)
 {
     sc_call_slot *slot = &c->ranks[peer].calls[c->call_seq % SC_CALL_HISTORY];
     uint64_t seen;
-    int st = sc_wait_ge(c, &slot->seq, c->call_seq, peer, "waiting for the call of", &seen);
-    if (st != SC_OK)
-        return st;
+    SC_TRY(sc_wait_ge(c, &slot->seq, c->call_seq, peer, "waiting for the call of", &seen));
     sc_call theirs = slot->call;
     /* A later call may overwrite the entry while we read it: the copy counts only if
      * the sequence number is still ours afterwards. */
@@ -70,9 +68,7 @@ int sc_call_check_all(sc_comm *c)
         int peer = (c->rank + i) % c->world;
         if (c->recv[peer].checked == c->call_seq)
             continue;
-        int st = sc_call_check(c, peer);
-        if (st != SC_OK)
-            return st;
+        SC_TRY(sc_call_check(c, peer));
         c->recv[peer].checked = c->call_seq;
     }
     return SC_OK;
@@ -100,8 +96,8 @@ int sc_ranks_missing(const sc_comm *c, int *out, int max)
             continue;
         }
         uint64_t latest = 0;
-        for (int k = 0; k < SC_CALL_HISTORY; k++) {
-            uint64_t v = atomic_load_explicit(&((sc_call_slot *)&rb->calls[k])->seq.value,
+        for (int i = 0; i < SC_CALL_HISTORY; i++) {
+            uint64_t v = atomic_load_explicit(&((sc_call_slot *)&rb->calls[i])->seq.value,
                                               memory_order_acquire);
             latest = v > latest ? v : latest;
         }

@@ -21,7 +21,6 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "sc_copy.h"
 #include "sc_internal.h"
 #include "sc_reduce.h"
 
@@ -362,17 +361,11 @@ int sc_barrier(sc_comm *c)
 
 int sc_send_acquire(sc_comm *c, sc_endpoint *e, void **slot)
 {
-    if (!e->reserved) {
-        int st = reserve_channel(c, e);
-        if (st != SC_OK)
-            return st;
-    }
-    if (e->seq - e->seen >= c->nslots) {
-        int st = sc_wait_ge(c, &e->ch->tail, e->seq - c->nslots + 1, e->peer,
-                            "waiting for a free slot in the channel to", &e->seen);
-        if (st != SC_OK)
-            return st;
-    }
+    if (!e->reserved)
+        SC_TRY(reserve_channel(c, e));
+    if (e->seq - e->seen >= c->nslots)
+        SC_TRY(sc_wait_ge(c, &e->ch->tail, e->seq - c->nslots + 1, e->peer,
+                          "waiting for a free slot in the channel to", &e->seen));
     *slot = e->slots + (e->seq % c->nslots) * c->slot_bytes;
     return SC_OK;
 }
@@ -386,16 +379,11 @@ void sc_send_commit(sc_endpoint *e)
 int sc_recv_acquire(sc_comm *c, sc_endpoint *e, const void **slot)
 {
     if (e->checked != c->call_seq) {
-        int st = sc_call_check(c, e->peer);
-        if (st != SC_OK)
-            return st;
+        SC_TRY(sc_call_check(c, e->peer));
         e->checked = c->call_seq;
     }
-    if (e->seen <= e->seq) {
-        int st = sc_wait_ge(c, &e->ch->head, e->seq + 1, e->peer, "waiting for data from", &e->seen);
-        if (st != SC_OK)
-            return st;
-    }
+    if (e->seen <= e->seq)
+        SC_TRY(sc_wait_ge(c, &e->ch->head, e->seq + 1, e->peer, "waiting for data from", &e->seen));
     *slot = e->slots + (e->seq % c->nslots) * c->slot_bytes;
     return SC_OK;
 }
@@ -404,30 +392,6 @@ void sc_recv_release(sc_endpoint *e)
 {
     e->seq++;
     sc_signal(&e->ch->tail, e->seq);
-}
-
-int sc_put(sc_comm *c, int peer, const void *src, size_t bytes)
-{
-    sc_endpoint *e = &c->send[peer];
-    void *slot;
-    int st = sc_send_acquire(c, e, &slot);
-    if (st != SC_OK)
-        return st;
-    memcpy(slot, src, bytes);
-    sc_send_commit(e);
-    return SC_OK;
-}
-
-int sc_get(sc_comm *c, int peer, void *dst, size_t bytes, int stream)
-{
-    sc_endpoint *e = &c->recv[peer];
-    const void *slot;
-    int st = sc_recv_acquire(c, e, &slot);
-    if (st != SC_OK)
-        return st;
-    sc_out_copy(dst, slot, bytes, stream);
-    sc_recv_release(e);
-    return SC_OK;
 }
 
 void *sc_wide(sc_comm *c, size_t bytes)

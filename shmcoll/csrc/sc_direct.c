@@ -10,7 +10,7 @@
  * peer.  Two-shot AllReduce is the two, interleaved chunk by chunk: P-1 messages of
  * n/P each way per rank instead of one-shot's n, at the price of a second step.
  *
- * Every schedule is chunk-major: for chunk c a rank first sends to every peer, then
+ * Every schedule is chunk-major: for chunk i a rank first sends to every peer, then
  * receives from every peer.  A rank blocked sending to q waits for q to finish an
  * earlier chunk, which only needs chunks sent even earlier, so the waits cannot
  * form a cycle (at most two items per channel are in flight; nslots >= 2). */
@@ -39,23 +39,20 @@ static void release_source(sc_comm *c, int q)
 /* dst = x_0 (+) x_1 (+) ... (+) x_{P-1} for one chunk, own = our x_rank. */
 static int reduce_in_rank_order(sc_comm *c, const sc_kernels *k, const char *own, char *dst, size_t n)
 {
-    int P = c->world, st;
+    int P = c->world;
     const void *src;
     char *acc = c->scratch, *next = c->scratch + c->slot_bytes;
-    if ((st = acquire_source(c, 0, own, &src)))
-        return st;
+    SC_TRY(acquire_source(c, 0, own, &src));
     k->first(acc, src, n);
     release_source(c, 0);
     for (int q = 1; q < P - 1; q++) {
-        if ((st = acquire_source(c, q, own, &src)))
-            return st;
+        SC_TRY(acquire_source(c, q, own, &src));
         k->mid(next, acc, src, n);
         release_source(c, q);
         char *t = acc;
         acc = next, next = t;
     }
-    if ((st = acquire_source(c, P - 1, own, &src)))
-        return st;
+    SC_TRY(acquire_source(c, P - 1, own, &src));
     k->last(dst, acc, src, n, P);
     release_source(c, P - 1);
     return SC_OK;
@@ -63,11 +60,8 @@ static int reduce_in_rank_order(sc_comm *c, const sc_kernels *k, const char *own
 
 static int put_to_all(sc_comm *c, const char *src, size_t bytes)
 {
-    for (int i = 1; i < c->world; i++) {
-        int st = sc_put(c, (c->rank + i) % c->world, src, bytes);
-        if (st != SC_OK)
-            return st;
-    }
+    for (int i = 1; i < c->world; i++)
+        SC_TRY(sc_put(c, (c->rank + i) % c->world, src, bytes));
     return SC_OK;
 }
 
@@ -75,13 +69,10 @@ int sc_direct_allreduce(sc_comm *c, const sc_args *a, const sc_kernels *k)
 {
     size_t chunk = c->slot_bytes / k->accsize;
     for (size_t start = 0; start < a->count; start += chunk) {
-        size_t n = a->count - start < chunk ? a->count - start : chunk;
+        size_t n = sc_min(a->count - start, chunk);
         const char *own = (const char *)a->x + start * k->itemsize;
-        int st = put_to_all(c, own, n * k->itemsize);
-        if (st == SC_OK)
-            st = reduce_in_rank_order(c, k, own, (char *)a->out + start * k->itemsize, n);
-        if (st != SC_OK)
-            return st;
+        SC_TRY(put_to_all(c, own, n * k->itemsize));
+        SC_TRY(reduce_in_rank_order(c, k, own, (char *)a->out + start * k->itemsize, n));
     }
     return SC_OK;
 }
@@ -95,9 +86,7 @@ static int rs_round(sc_comm *c, const sc_kernels *k, const char *x, char *mine, 
         int q = (c->rank + j) % c->world;
         if (!sc_chunk_of(count, c->world, q, i, chunk, &off, &n))
             continue;
-        int st = sc_put(c, q, x + off * isz, n * isz);
-        if (st != SC_OK)
-            return st;
+        SC_TRY(sc_put(c, q, x + off * isz, n * isz));
     }
     if (!sc_chunk_of(count, c->world, c->rank, i, chunk, &off, &n))
         return SC_OK;
@@ -113,9 +102,7 @@ static int ag_round(sc_comm *c, const char *mine, char *out, size_t count, size_
     if (sc_chunk_of(count, c->world, c->rank, i, chunk, &off, &n)) {
         sc_block_range(count, c->world, c->rank, &roff, &rlen);
         const char *src = mine + (off - roff) * isz;
-        int st = put_to_all(c, src, n * isz);
-        if (st != SC_OK)
-            return st;
+        SC_TRY(put_to_all(c, src, n * isz));
         if (out + off * isz != src)
             sc_out_copy(out + off * isz, src, n * isz, stream);
     }
@@ -123,9 +110,7 @@ static int ag_round(sc_comm *c, const char *mine, char *out, size_t count, size_
         int q = (c->rank - j + c->world) % c->world;
         if (!sc_chunk_of(count, c->world, q, i, chunk, &off, &n))
             continue;
-        int st = sc_get(c, q, out + off * isz, n * isz, stream);
-        if (st != SC_OK)
-            return st;
+        SC_TRY(sc_get(c, q, out + off * isz, n * isz, stream));
     }
     return SC_OK;
 }
@@ -138,11 +123,8 @@ int sc_direct_two_shot(sc_comm *c, const sc_args *a, const sc_kernels *k)
     int stream = sc_use_stream(c, a->count * isz) && a->out != a->x;
     size_t rounds = sc_div_up(sc_div_up(a->count, (size_t)c->world), chunk);
     for (size_t i = 0; i < rounds; i++) {
-        int st = rs_round(c, k, a->x, mine, a->count, i, chunk);
-        if (st == SC_OK)
-            st = ag_round(c, mine, a->out, a->count, isz, i, chunk, stream);
-        if (st != SC_OK)
-            return st;
+        SC_TRY(rs_round(c, k, a->x, mine, a->count, i, chunk));
+        SC_TRY(ag_round(c, mine, a->out, a->count, isz, i, chunk, stream));
     }
     return SC_OK;
 }
@@ -151,11 +133,8 @@ int sc_direct_reduce_scatter(sc_comm *c, const sc_args *a, const sc_kernels *k)
 {
     size_t chunk = c->slot_bytes / k->accsize, total = a->count * (size_t)c->world;
     size_t rounds = sc_div_up(a->count, chunk);
-    for (size_t i = 0; i < rounds; i++) {
-        int st = rs_round(c, k, a->x, a->out, total, i, chunk);
-        if (st != SC_OK)
-            return st;
-    }
+    for (size_t i = 0; i < rounds; i++)
+        SC_TRY(rs_round(c, k, a->x, a->out, total, i, chunk));
     return SC_OK;
 }
 
@@ -165,10 +144,7 @@ int sc_direct_allgather(sc_comm *c, const sc_args *a, const sc_kernels *k)
     size_t total = a->count * (size_t)c->world;
     int stream = sc_use_stream(c, total);
     size_t rounds = sc_div_up(a->count, c->slot_bytes);
-    for (size_t i = 0; i < rounds; i++) {
-        int st = ag_round(c, a->x, a->out, total, 1, i, c->slot_bytes, stream);
-        if (st != SC_OK)
-            return st;
-    }
+    for (size_t i = 0; i < rounds; i++)
+        SC_TRY(ag_round(c, a->x, a->out, total, 1, i, c->slot_bytes, stream));
     return SC_OK;
 }

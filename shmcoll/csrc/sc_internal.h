@@ -156,13 +156,13 @@ int sc_direct_allreduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k
 int sc_direct_two_shot(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 int sc_direct_reduce_scatter(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 int sc_direct_allgather(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
-/* Rooted schedules over a tree whose shape follows a->algo: binomial (tree),
- * chain (ring), star (direct, naive). */
-int sc_tree_broadcast(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
-int sc_tree_reduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
-int sc_tree_gather(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
-int sc_tree_scatter(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
-int sc_tree_allreduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+/* Rooted schedules (sc_rooted.c) over a tree whose shape follows a->algo: binomial
+ * (tree), chain (ring), star (direct, naive); AllReduce as Reduce + Broadcast. */
+int sc_rooted_broadcast(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_rooted_reduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_rooted_gather(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_rooted_scatter(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_rooted_allreduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 int sc_rhd_allreduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 
 /* Block b of `count` elements cut in `world` parts: [off, off+len), the first
@@ -189,6 +189,17 @@ static inline int sc_chunk_of(size_t count, int world, int b, size_t i, size_t c
 
 static inline size_t sc_div_up(size_t a, size_t b) { return (a + b - 1) / b; }
 
+static inline size_t sc_min(size_t a, size_t b) { return a < b ? a : b; }
+
+/* The one error-propagation idiom: a step that fails ends the schedule with its
+ * status (the communicator is marked broken by sc_run). */
+#define SC_TRY(expr)                    \
+    do {                                \
+        int sc_try_status_ = (expr);    \
+        if (sc_try_status_ != SC_OK)    \
+            return sc_try_status_;      \
+    } while (0)
+
 static inline int sc_wrap(int r, int world) { return ((r % world) + world) % world; }
 
 /* Outputs this large are written with streaming stores. */
@@ -207,13 +218,22 @@ void sc_call_begin(sc_comm *c, int collective, int64_t count, int dtype, int op,
 int sc_call_check(sc_comm *c, int peer);
 int sc_call_check_all(sc_comm *c);
 
-/* Channel operations (sc_comm.c). */
+/* Channel operations (sc_comm.c): a slot of the channel to / from a peer. */
 int sc_send_acquire(sc_comm *c, sc_endpoint *e, void **slot);
 void sc_send_commit(sc_endpoint *e);
 int sc_recv_acquire(sc_comm *c, sc_endpoint *e, const void **slot);
 void sc_recv_release(sc_endpoint *e);
-/* One chunk (bytes <= slot_bytes) copied into / out of a channel. */
+
+/* Primitives (sc_prims.c), what schedules are written in, as NCCL's prims: */
+/* one chunk (bytes <= slot_bytes) copied into / out of a channel; */
 int sc_put(sc_comm *c, int peer, const void *src, size_t bytes);
 int sc_get(sc_comm *c, int peer, void *dst, size_t bytes, int stream);
+/* a byte range of any length, slot by slot (the receiver gets it in the same cuts); */
+int sc_put_range(sc_comm *c, int peer, const void *src, size_t bytes);
+int sc_get_range(sc_comm *c, int peer, void *dst, size_t bytes, int stream);
+/* a chunk received from `from`, combined with n elements of x straight into the slot
+ * sent to `to` (the partial in the accumulator type): a ring step without a copy. */
+int sc_recv_reduce_send(sc_comm *c, int from, int to, const struct sc_kernels *k,
+                        const void *x, size_t n);
 
 #endif

@@ -54,15 +54,12 @@ static int swap(sc_comm *c, int peer, const char *snd, size_t sbytes, size_t rby
 {
     size_t step = c->slot_bytes / s->elem * s->elem;
     for (size_t off = 0; off < sbytes || off < rbytes; off += step) {
-        int st;
-        if (off < sbytes && (st = sc_put(c, peer, snd + off, sbytes - off < step ? sbytes - off : step)))
-            return st;
+        if (off < sbytes)
+            SC_TRY(sc_put(c, peer, snd + off, sc_min(sbytes - off, step)));
         if (off < rbytes) {
             const void *in;
-            size_t n = rbytes - off < step ? rbytes - off : step;
-            if ((st = sc_recv_acquire(c, &c->recv[peer], &in)))
-                return st;
-            absorb(s, off, in, n);
+            SC_TRY(sc_recv_acquire(c, &c->recv[peer], &in));
+            absorb(s, off, in, sc_min(rbytes - off, step));
             sc_recv_release(&c->recv[peer]);
         }
     }
@@ -88,9 +85,7 @@ static int doubling(rhd *h)
     for (int mask = 1; mask < h->p2; mask <<= 1) {
         int partner = h->v ^ mask;
         sink s = { h->acc, h->k, a, partner < h->v };
-        int st = swap(h->c, real_rank(h, partner), h->acc, bytes, bytes, &s);
-        if (st != SC_OK)
-            return st;
+        SC_TRY(swap(h->c, real_rank(h, partner), h->acc, bytes, bytes, &s));
     }
     return SC_OK;
 }
@@ -100,15 +95,14 @@ static int doubling(rhd *h)
 static int halving(rhd *h, char *out, int world)
 {
     size_t a = h->k->accsize, isz = h->k->itemsize, koff, klen, soff, slen;
-    int lo = 0, hi = h->p2, st;
+    int lo = 0, hi = h->p2;
     for (int mask = h->p2 / 2; mask >= 1; mask >>= 1) {
         int partner = h->v ^ mask, mid = lo + (hi - lo) / 2;
         int keep_low = (h->v & mask) == 0;
         blocks(h, keep_low ? lo : mid, keep_low ? mid : hi, &koff, &klen);
         blocks(h, keep_low ? mid : lo, keep_low ? hi : mid, &soff, &slen);
         sink s = { h->acc + koff * a, h->k, a, partner < h->v };
-        if ((st = swap(h->c, real_rank(h, partner), h->acc + soff * a, slen * a, klen * a, &s)))
-            return st;
+        SC_TRY(swap(h->c, real_rank(h, partner), h->acc + soff * a, slen * a, klen * a, &s));
         if (keep_low)
             hi = mid;
         else
@@ -122,8 +116,7 @@ static int halving(rhd *h, char *out, int world)
         blocks(h, base, base + mask, &soff, &slen);
         blocks(h, pbase, pbase + mask, &koff, &klen);
         sink s = { out + koff * isz, NULL, isz, 0 };
-        if ((st = swap(h->c, real_rank(h, partner), out + soff * isz, slen * isz, klen * isz, &s)))
-            return st;
+        SC_TRY(swap(h->c, real_rank(h, partner), out + soff * isz, slen * isz, klen * isz, &s));
     }
     return SC_OK;
 }
@@ -134,31 +127,12 @@ static int sit_out(sc_comm *c, const sc_kernels *k, const char *x, char *out, si
     size_t chunk = c->slot_bytes / k->accsize, isz = k->itemsize;
     sc_endpoint *e = &c->send[c->rank + 1];
     for (size_t i = 0; i < count; i += chunk) {
-        size_t n = count - i < chunk ? count - i : chunk;
         void *slot;
-        int st = sc_send_acquire(c, e, &slot);
-        if (st != SC_OK)
-            return st;
-        k->first(slot, x + i * isz, n);
+        SC_TRY(sc_send_acquire(c, e, &slot));
+        k->first(slot, x + i * isz, sc_min(count - i, chunk));
         sc_send_commit(e);
     }
-    for (size_t off = 0; off < count * isz; off += c->slot_bytes) {
-        size_t n = count * isz - off < c->slot_bytes ? count * isz - off : c->slot_bytes;
-        int st = sc_get(c, c->rank + 1, out + off, n, 0);
-        if (st != SC_OK)
-            return st;
-    }
-    return SC_OK;
-}
-
-static int send_result(sc_comm *c, const char *out, size_t bytes)
-{
-    for (size_t off = 0; off < bytes; off += c->slot_bytes) {
-        int st = sc_put(c, c->rank - 1, out + off, bytes - off < c->slot_bytes ? bytes - off : c->slot_bytes);
-        if (st != SC_OK)
-            return st;
-    }
-    return SC_OK;
+    return sc_get_range(c, c->rank + 1, out, count * isz, 0);
 }
 
 int sc_rhd_allreduce(sc_comm *c, const sc_args *a, const sc_kernels *k)
@@ -187,19 +161,16 @@ int sc_rhd_allreduce(sc_comm *c, const sc_args *a, const sc_kernels *k)
         k->first(h.acc, a->x, a->count);
     if (c->rank < 2 * h.rem) {      /* merge the even neighbour's vector first */
         sink s = { h.acc, k, asz, 1 };
-        int st = swap(c, c->rank - 1, NULL, 0, a->count * asz, &s);
-        if (st != SC_OK)
-            return st;
+        SC_TRY(swap(c, c->rank - 1, NULL, 0, a->count * asz, &s));
     }
-    int st;
     if (a->algo == SC_ALGO_RHD_HALVING) {
-        st = halving(&h, out, P);
+        SC_TRY(halving(&h, out, P));
     } else {
-        st = doubling(&h);
-        if (st == SC_OK && (k->finishes || h.acc != out))
+        SC_TRY(doubling(&h));
+        if (k->finishes || h.acc != out)
             k->finish(out, h.acc, a->count, P);
     }
-    if (st == SC_OK && c->rank < 2 * h.rem)
-        st = send_result(c, out, a->count * isz);
-    return st;
+    if (c->rank < 2 * h.rem)       /* hand the result to the neighbour that sat out */
+        SC_TRY(sc_put_range(c, c->rank - 1, out, a->count * isz));
+    return SC_OK;
 }

@@ -17,10 +17,10 @@ static const sc_schedule schedules[SC_NCOLLECTIVES][SC_NALGOS] = {
         [SC_ALGO_RING] = sc_ring_allreduce,
         [SC_ALGO_DIRECT] = sc_direct_allreduce,
         [SC_ALGO_DIRECT_TWO_SHOT] = sc_direct_two_shot,
-        [SC_ALGO_TREE] = sc_tree_allreduce,
+        [SC_ALGO_TREE] = sc_rooted_allreduce,
         [SC_ALGO_RHD_DOUBLING] = sc_rhd_allreduce,
         [SC_ALGO_RHD_HALVING] = sc_rhd_allreduce,
-        [SC_ALGO_NAIVE] = sc_tree_allreduce,
+        [SC_ALGO_NAIVE] = sc_rooted_allreduce,
     },
     [SC_COLL_REDUCE_SCATTER] = {
         [SC_ALGO_RING] = sc_ring_reduce_scatter,
@@ -31,22 +31,22 @@ static const sc_schedule schedules[SC_NCOLLECTIVES][SC_NALGOS] = {
         [SC_ALGO_DIRECT] = sc_direct_allgather,
     },
     [SC_COLL_BROADCAST] = {
-        [SC_ALGO_RING] = sc_tree_broadcast,
-        [SC_ALGO_DIRECT] = sc_tree_broadcast,
-        [SC_ALGO_TREE] = sc_tree_broadcast,
+        [SC_ALGO_RING] = sc_rooted_broadcast,
+        [SC_ALGO_DIRECT] = sc_rooted_broadcast,
+        [SC_ALGO_TREE] = sc_rooted_broadcast,
     },
     [SC_COLL_REDUCE] = {
-        [SC_ALGO_RING] = sc_tree_reduce,
-        [SC_ALGO_DIRECT] = sc_tree_reduce,
-        [SC_ALGO_TREE] = sc_tree_reduce,
+        [SC_ALGO_RING] = sc_rooted_reduce,
+        [SC_ALGO_DIRECT] = sc_rooted_reduce,
+        [SC_ALGO_TREE] = sc_rooted_reduce,
     },
     [SC_COLL_GATHER] = {
-        [SC_ALGO_DIRECT] = sc_tree_gather,
-        [SC_ALGO_TREE] = sc_tree_gather,
+        [SC_ALGO_DIRECT] = sc_rooted_gather,
+        [SC_ALGO_TREE] = sc_rooted_gather,
     },
     [SC_COLL_SCATTER] = {
-        [SC_ALGO_DIRECT] = sc_tree_scatter,
-        [SC_ALGO_TREE] = sc_tree_scatter,
+        [SC_ALGO_DIRECT] = sc_rooted_scatter,
+        [SC_ALGO_TREE] = sc_rooted_scatter,
     },
 };
 

@@ -182,9 +182,7 @@ int sc_wait_ge(sc_comm *c, sc_flag *f, uint64_t target, int peer, const char *wh
         atomic_fetch_sub_explicit(&f->waiters, 1, memory_order_relaxed);
         if (reached(f, target, &v))
             goto done;
-        int st = give_up(c, peer, what);
-        if (st != SC_OK)
-            return st;
+        SC_TRY(give_up(c, peer, what));
         if (sc_now_ns() >= deadline)
             return fail(c, SC_ETIMEDOUT, peer, what);
     }

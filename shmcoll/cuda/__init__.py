@@ -23,7 +23,7 @@ def is_device_array(x):
 def array_converters():
     """(to_device, to_host) for the configured backend: CuPy's, or the host stand-in's
     (SHMCOLL_CUDA_BACKEND=host), for tools that fill and check device arrays."""
-    from shmcoll.config import get
+    from shmcoll._core.settings import get
     if get("SHMCOLL_CUDA_BACKEND") == "host":
         from shmcoll.cuda.host import HostArray
         return HostArray, lambda a: a.host.copy()

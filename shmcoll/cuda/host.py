@@ -16,6 +16,7 @@ import numpy as np
 import posix_ipc
 
 from shmcoll.errors import DeviceError, TimeoutError
+from shmcoll.ops import UFUNCS, accumulator_dtype, finish
 
 
 class HostArray:
@@ -56,21 +57,6 @@ class HostArray:
 
 def _view(ptr, nbytes, dtype):
     return np.frombuffer((ctypes.c_char * nbytes).from_address(ptr), dtype=dtype)
-
-
-def _acc_dtype(dtype):
-    return np.dtype(np.float32) if dtype.kind in "fV" and dtype.itemsize == 2 else dtype
-
-
-_UFUNCS = {"sum": np.add, "avg": np.add, "prod": np.multiply, "min": np.minimum,
-           "max": np.maximum, "band": np.bitwise_and, "bor": np.bitwise_or,
-           "bxor": np.bitwise_xor}
-
-
-def _finish(acc, op, world):
-    if op != "avg":
-        return acc
-    return acc // world if acc.dtype.kind in "iu" else acc / acc.dtype.type(world)
 
 
 class HostBackend:
@@ -157,22 +143,22 @@ class HostBackend:
         if self.read_delay:
             time.sleep(self.read_delay)
         size = count * dtype.itemsize
-        acc_t = _acc_dtype(dtype)
+        acc_t = accumulator_dtype(dtype)
         acc = _view(table[0] + offset, size, dtype).astype(acc_t)
         for r in range(1, nsrc):
-            acc = _UFUNCS[op](acc, _view(table[r] + offset, size, dtype).astype(acc_t))
-        _view(out, size, dtype)[:] = _finish(acc, op, world).astype(dtype)
+            acc = UFUNCS[op](acc, _view(table[r] + offset, size, dtype).astype(acc_t))
+        _view(out, size, dtype)[:] = finish(acc, op, world).astype(dtype)
 
     @np.errstate(over="ignore", invalid="ignore")
     def combine(self, out, a, b, count, dtype, op, partial_is_acc, last, world, stream):
         if self.read_delay:
             time.sleep(self.read_delay)
-        acc_t = _acc_dtype(dtype)
+        acc_t = accumulator_dtype(dtype)
         left = _view(a, count * (acc_t if partial_is_acc else dtype).itemsize,
                      acc_t if partial_is_acc else dtype).astype(acc_t)
-        v = _UFUNCS[op](left, _view(b, count * dtype.itemsize, dtype).astype(acc_t))
+        v = UFUNCS[op](left, _view(b, count * dtype.itemsize, dtype).astype(acc_t))
         if last:
-            _view(out, count * dtype.itemsize, dtype)[:] = _finish(v, op, world).astype(dtype)
+            _view(out, count * dtype.itemsize, dtype)[:] = finish(v, op, world).astype(dtype)
         else:
             _view(out, count * acc_t.itemsize, acc_t)[:] = v
 

@@ -10,13 +10,15 @@ import math
 
 import numpy as np
 
-from shmcoll import calibration, selector
-from shmcoll.config import get
+from shmcoll._core.settings import get
+from shmcoll.collectives import BY_NAME
 from shmcoll.cuda import backend as backends
 from shmcoll.cuda import kernels
 from shmcoll.cuda.collectives import Schedules
 from shmcoll.errors import CommunicatorBrokenError, MismatchError
 from shmcoll.ops import ReduceOp
+from shmcoll.tuning import calibration
+from shmcoll.tuning.decider import Decider
 
 # What the GPU path implements: {collective: {algorithm: (variant, ...)}}.
 VARIANTS = {
@@ -28,9 +30,10 @@ VARIANTS = {
     "gather": {"direct": ("star",)},
     "scatter": {"direct": ("star",)},
 }
-_LABELS = [(c, a, v) for c, algs in VARIANTS.items() for a, vs in algs.items() for v in vs]
+# (collective, algorithm, variant) -> its number in the call descriptor
+_LABELS = {(c, a, v): i for i, (c, a, v) in enumerate(
+    (c, a, v) for c, algs in VARIANTS.items() for a, vs in algs.items() for v in vs)}
 _DESCRIPTOR = ("collective", "count", "dtype", "itemsize", "op", "root", "algorithm")
-_COLLECTIVE_CODES = {c: i for i, c in enumerate(selector.ALL_COLLECTIVES)}
 
 
 def _c_strides(shape, itemsize):
@@ -90,39 +93,33 @@ class DeviceArray:
 
 
 class DevicePath:
-    """One per Communicator, created at its first call with a device array."""
+    """One per Communicator, created at its first call with a device array: runs on
+    the communicator's `engine` (the host handshake), decides under its override
+    `rules`, and gives up a device wait after `timeout` seconds."""
 
-    def __init__(self, comm):
-        self.comm = comm
-        self.rank, self.world = comm.rank, comm.world_size
+    def __init__(self, engine, rules, timeout):
+        self.engine = engine
+        self.rank, self.world = engine.rank, engine.world_size
         self.backend = backends.load()
         half = int(get("SHMCOLL_CUDA_BUFFER_BYTES"))
         if half < 4096:
             raise ValueError("SHMCOLL_CUDA_BUFFER_BYTES must be at least 4096")
-        self.sched = Schedules(comm._engine, self.backend, half, comm._timeout)
+        self.sched = Schedules(engine, self.backend, half, timeout)
         self.sync = str(get("SHMCOLL_CUDA_SYNC")).lower()
         if self.sync not in ("auto", "device", "host"):
             raise ValueError(f"SHMCOLL_CUDA_SYNC={self.sync!r}: expected auto, device or host")
-        self.model, self.model_source = calibration.model_for(
+        model, self.model_source = calibration.model_for(
             self.world, device=self.backend.identity().decode())
+        self.decider = Decider(self.world, model, rules, VARIANTS, alone="direct")
         self._broken = None
-        self._decisions = {}        # (collective, nbytes, algo) -> (label, variant)
         self._ops = {}              # (dtype, op code) -> op name, once checked
         # The call descriptor every rank publishes, and where everyone's lands.
         self._mine = np.zeros(len(_DESCRIPTOR), np.int64)
         self._everyone = np.zeros((self.world, len(_DESCRIPTOR)), np.int64)
 
     # -- decisions and the handshake --------------------------------------------------
-    def decide(self, collective, nbytes, algo=None):
-        if algo is not None and not isinstance(algo, str):
-            raise ValueError(f"algo must be an algorithm name, 'auto' or None, got {algo!r}")
-        if self.world == 1 and algo in (None, "auto"):
-            algo = "direct"         # one rank: a copy; no ring to walk
-        return selector.decide(collective, self.world, nbytes, algo, self.model,
-                               self.comm._rules, VARIANTS[collective])
-
     def algorithm_for(self, collective, nbytes, algo=None):
-        return self.decide(collective, nbytes, algo).candidate.label
+        return self.decider.label(collective, nbytes, algo)
 
     def _begin(self, collective, x, op, root, algo, nbytes, count=None):
         """Decides and agrees with every rank on the call (x's count, or `count`, and
@@ -131,19 +128,13 @@ class DevicePath:
             raise CommunicatorBrokenError(f"the communicator's device path failed earlier: "
                                           f"{self._broken}")
         self.backend.check()
-        key = (collective, nbytes, algo)
-        decided = self._decisions.get(key)
-        if decided is None:
-            cand = self.decide(collective, nbytes, algo).candidate
-            if len(self._decisions) > 4096:
-                self._decisions.clear()
-            decided = self._decisions[key] = (
-                _LABELS.index((collective, cand.algorithm, cand.variant)), cand.variant)
-        label, variant = decided
+        cand = self.decider.decide(collective, nbytes, algo).candidate
+        variant = cand.variant
         mine = self._mine
-        mine[:] = (_COLLECTIVE_CODES[collective], x.count if count is None else count,
-                   x.info.code, x.info.itemsize, -1 if op is None else op, root, label)
-        everyone = self.comm._engine.allgather(mine, self._everyone)
+        mine[:] = (BY_NAME[collective].code, x.count if count is None else count,
+                   x.info.code, x.info.itemsize, -1 if op is None else op, root,
+                   _LABELS[collective, cand.algorithm, variant])
+        everyone = self.engine.allgather(mine, self._everyone)
         if everyone.tobytes() != mine.tobytes() * self.world:
             self._mismatch(collective, mine, everyone)
         try:
@@ -202,6 +193,10 @@ class DevicePath:
             raise ValueError(f"{what} must be writeable")
         return o
 
+    def _priced(self, collective, block):
+        """The size a call is decided at (shmcoll.collectives), from one rank's block."""
+        return BY_NAME[collective].priced_bytes(block.nbytes, self.world)
+
     def _blocks(self, x):
         if not x.shape or x.shape[0] % self.world:
             raise ValueError(f"x.shape[0] must be divisible by the world size {self.world}, "
@@ -240,7 +235,7 @@ class DevicePath:
     def allgather(self, x, out, algo):
         x = DeviceArray(x, "x")
         o = self._out(out, (self.world,) + x.shape, x.dtype)
-        variant, stream = self._begin("allgather", x, None, 0, algo, o.nbytes)
+        variant, stream = self._begin("allgather", x, None, 0, algo, self._priced("allgather", x))
         schedule = self.sched.allgather_ring if variant == "ring" else self.sched.allgather_direct
         self._run(schedule, o, x, x.dtype, stream)
         return o.arr
@@ -249,7 +244,7 @@ class DevicePath:
         x = DeviceArray(x, "x")
         root = self._root(root)
         o = self._out(out, (self.world,) + x.shape, x.dtype) if self.rank == root else None
-        variant, stream = self._begin("gather", x, None, root, algo, x.nbytes * self.world)
+        variant, stream = self._begin("gather", x, None, root, algo, self._priced("gather", x))
         self._run(self.sched.gather_star, o, x, root, stream)
         return o.arr if o else None
 
@@ -266,7 +261,7 @@ class DevicePath:
             src, block, dtype = None, o.shape, o.dtype
         o = self._out(out, block, dtype)
         # every rank describes the root's x
-        variant, stream = self._begin("scatter", o, None, root, algo, o.nbytes * self.world,
+        variant, stream = self._begin("scatter", o, None, root, algo, self._priced("scatter", o),
                                       count=o.count * self.world)
         self._run(self.sched.scatter_star, o, src.ptr if self.rank == root else 0, root, stream)
         return o.arr

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shmcoll.algorithms import REGISTRY
-from shmcoll.algorithms.rounds import per_rank_totals
-from shmcoll.perf import bus_factor
+from shmcoll.collectives import bus_factor
+from shmcoll.tuning.algorithms import REGISTRY
+from shmcoll.tuning.algorithms.rounds import per_rank_totals
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shmcoll.algorithms.terms import log2_ceil
+from shmcoll._core.sizes import human_size
 from shmcoll.simulator.cluster import PRESETS, Cluster, Link
 from shmcoll.simulator.model import crossover as crossing, price
-from shmcoll.sizes import human_size
+from shmcoll.tuning.algorithms.terms import log2_ceil
 
 
 @dataclass(frozen=True)

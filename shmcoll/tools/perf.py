@@ -1,0 +1,235 @@
+"""`shmcoll perf`: an nccl-tests style throughput tester.
+
+Conventions (nccl-tests): size is the bytes of the full vector (allreduce, reduce,
+broadcast: x; reduce_scatter: x on each rank; allgather, gather: the gathered
+output; scatter: the root's x); time is the max over ranks of the mean per-call
+time; algbw = size / time; busbw = algbw x 2(P-1)/P for allreduce, x 1 for broadcast
+and reduce, x (P-1)/P for the others.  Broadcast is always in place, so its two
+columns time the same call.
+"""
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from shmcoll.collectives import BY_NAME, NAMES, ROOTED, bus_factor
+from shmcoll.tools.harness import Case, auto_iters, size_sweep, time_calls
+
+HELP = "throughput tester in the style of nccl-tests"
+
+@dataclass
+class Row:
+    collective: str
+    world: int
+    size: int
+    count: int
+    dtype: str
+    op: str
+    algo: str
+    inplace: bool
+    time_us: float
+    algbw_GBs: float
+    busbw_GBs: float
+    wrong: int
+
+
+def run_size(comm, collective, nbytes, dtype, op, algo, iters, warmup, check, inplace, root=0,
+             device=False):
+    case = Case(comm, collective, nbytes, dtype, op, algo, root, device)
+    n = iters or auto_iters(case.nbytes)
+    w = warmup if warmup >= 0 else max(2, n // 10)
+    seconds = time_calls(comm, case.call(inplace), n, w)
+    wrong = case.check(inplace) if check else 0
+    wrong = int(comm.allreduce(np.array([wrong], np.int64))[0])
+    algbw = case.nbytes / seconds / 1e9 if seconds > 0 else 0.0
+    chosen = comm.algorithm_for(collective, case.nbytes, algo, device=device)
+    return Row(collective, comm.world_size, case.nbytes, case.count, str(case.dtype),
+               op if BY_NAME[collective].reducing else "none", chosen, inplace, seconds * 1e6,
+               algbw, algbw * bus_factor(collective, comm.world_size), wrong)
+
+
+TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "half", "bfloat16": "bfloat16"}
+
+
+def header(opts, algo):
+    root = f"  root {opts.root}" if opts.collective in ROOTED else ""
+    return "\n".join([
+        f"# shmcoll perf {opts.collective}: nranks {opts.np}  minBytes {opts.minbytes}  "
+        f"maxBytes {opts.maxbytes}  step factor {opts.factor:g}  iters {opts.iters or 'auto'}  "
+        f"warmup {opts.warmup if opts.warmup >= 0 else 'auto'}  check {int(opts.check)}  "
+        f"dtype {opts.dtype}  op {opts.op}  algo {algo or 'auto'}{root}"
+        f"{'  device cuda' if getattr(opts, 'device', 'cpu') == 'cuda' else ''}",
+        "#",
+        f"# {'':>38}{'out-of-place':>27}{'in-place':>35}",
+        f"# {'size':>10} {'count':>12} {'type':>9} {'redop':>6} {'time':>9} {'algbw':>7} "
+        f"{'busbw':>7} {'#wrong':>6}  {'time':>9} {'algbw':>7} {'busbw':>7} {'#wrong':>6}  algorithm",
+        f"# {'(B)':>10} {'(elements)':>12} {'':>9} {'':>6} {'(us)':>9} {'(GB/s)':>7} "
+        f"{'(GB/s)':>7} {'':>6}  {'(us)':>9} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6}",
+    ])
+
+
+def format_row(oop, inp):
+    t = TYPE_NAMES.get(oop.dtype, oop.dtype)
+    return (f"  {oop.size:>10} {oop.count:>12} {t:>9} {oop.op:>6} "
+            f"{oop.time_us:>9.2f} {oop.algbw_GBs:>7.2f} {oop.busbw_GBs:>7.2f} {oop.wrong:>6}  "
+            f"{inp.time_us:>9.2f} {inp.algbw_GBs:>7.2f} {inp.busbw_GBs:>7.2f} {inp.wrong:>6}  {oop.algo}")
+
+
+def footer(rows):
+    wrong = sum(r.wrong for r in rows)
+    avg = sum(r.busbw_GBs for r in rows) / len(rows) if rows else 0.0
+    return "\n".join([f"# Out of bounds values : {wrong} {'OK' if wrong == 0 else 'FAILED'}",
+                      f"# Avg bus bandwidth    : {avg:.4g}", "#"])
+
+
+def comparison(rows_by_algo, auto_choice):
+    """`--algo all`: out-of-place time per algorithm and size, the fastest marked *,
+    and what auto picks for that size."""
+    names = list(rows_by_algo)
+    lines = ["# out-of-place time (us) per algorithm; * = fastest",
+             f"# {'size':>10} " + " ".join(f"{n:>12}" for n in names) + "  auto picks"]
+    for i, first in enumerate(rows_by_algo[names[0]][::2]):
+        times = {n: rows_by_algo[n][2 * i].time_us for n in names}
+        best = min(times, key=times.get)
+        cells = " ".join(f"{times[n]:>11.2f}{'*' if n == best else ' '}" for n in names)
+        lines.append(f"  {first.size:>10} {cells}  {auto_choice(first.size)}")
+    return "\n".join(lines + ["#"])
+
+
+def _progress(done, total, what):
+    if sys.stderr.isatty():
+        end = "\n" if done == total else ""
+        print(f"\r# {done}/{total} sizes ({what})", end=end, file=sys.stderr, flush=True)
+
+
+def sweep_worker(comm, opts):
+    """Runs on every rank; rank 0 prints as it goes.  Returns rows (rank 0) or None."""
+    from shmcoll.tuning.selector import algorithms_for
+    device = getattr(opts, "device", "cpu") == "cuda"
+    algos = algorithms_for(opts.collective) if opts.algo == "all" else [opts.algo]
+    if device and opts.algo == "all":
+        from shmcoll.cuda.path import VARIANTS
+        algos = list(VARIANTS[opts.collective])
+    sizes = size_sweep(opts.minbytes, opts.maxbytes, opts.factor)
+    rows, by_algo, lead = [], {}, comm.rank == 0
+    for algo in algos:
+        if lead:
+            print(header(opts, algo), flush=True)
+        block = []
+        for k, nbytes in enumerate(sizes):
+            pair = [run_size(comm, opts.collective, nbytes, opts.dtype, opts.op, algo,
+                             opts.iters, opts.warmup, opts.check, inplace, opts.root, device)
+                    for inplace in (False, True)]
+            block.extend(pair)
+            if lead:
+                print(format_row(*pair), flush=True)
+                _progress(k + 1, len(sizes), algo or "auto")
+        if lead:
+            print(footer(block), flush=True)
+        rows.extend(block)
+        by_algo[algo or "auto"] = block
+    if lead and len(algos) > 1:
+        print(comparison(by_algo, lambda n: comm.algorithm_for(opts.collective, _sized(comm, opts, n),
+                                                               device=device)),
+              flush=True)
+    return rows if lead else None
+
+
+def _sized(comm, opts, nbytes):
+    """The size a sweep point really has (blocked collectives round to world blocks)."""
+    itemsize = np.dtype(opts.dtype).itemsize
+    count = nbytes // itemsize
+    if BY_NAME[opts.collective].blocked:
+        count -= count % comm.world_size
+    return count * itemsize
+
+
+def run(opts):
+    """Launch opts.np ranks, sweep, print; returns the process exit status."""
+    from shmcoll.launch import launch
+    rows = launch(sweep_worker, opts.np, args=(opts,), bind=getattr(opts, "bind", None))[0]
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump([asdict(r) for r in rows], f, indent=1)
+    if opts.plot:
+        from shmcoll.tools.plot import plot_sweep
+        plot_sweep(rows, opts.plot, opts.collective, opts.np)
+        print(f"# plot written to {opts.plot}")
+    return 1 if any(r.wrong for r in rows) else 0
+
+
+def add_arguments(p):
+    from shmcoll._core.sizes import parse_size
+    from shmcoll.ops import ReduceOp
+    p.add_argument("collective", choices=NAMES)
+    p.add_argument("-np", "--nprocs", dest="np", type=int, default=2, help="number of ranks")
+    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("8"))
+    p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("64M"))
+    p.add_argument("-f", "--stepfactor", dest="factor", type=float, default=2.0)
+    p.add_argument("-n", "--iters", type=int, default=0, help="timed calls per size (0: auto)")
+    p.add_argument("-w", "--warmup", type=int, default=-1, help="untimed calls first (-1: auto)")
+    p.add_argument("-d", "--datatype", dest="dtype", default="float32")
+    p.add_argument("-o", "--op", default="sum", choices=[m.value for m in ReduceOp])
+    p.add_argument("--algo", default=None,
+                   help="NAME (force it), auto (the cost model, default) or all (one block per "
+                        "algorithm, fastest marked)")
+    p.add_argument("-r", "--root", type=int, default=0, help="root rank of rooted collectives")
+    p.add_argument("--bind", choices=("core", "llc", "numa"), default=None,
+                   help="pin ranks in topology order (default: the scheduler places them)")
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="busbw against size per algorithm, modelled crossovers marked "
+                        "(needs matplotlib: pip install 'shmcoll[plot]')")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cuda: time device arrays through the CUDA IPC path (needs CuPy)")
+    p.add_argument("-c", "--check", type=int, choices=(0, 1), default=1)
+    p.add_argument("--json", default=None, metavar="FILE", help="also write the rows as JSON")
+
+
+def validate(parser, opts):
+    from shmcoll import _engine
+    if opts.np < 1:
+        parser.error("-np must be >= 1")
+    if opts.dtype not in _engine.SUPPORTED_DTYPES:
+        parser.error(f"unsupported dtype {opts.dtype}; supported: {', '.join(_engine.SUPPORTED_DTYPES)}")
+    try:
+        size_sweep(opts.minbytes, opts.maxbytes, opts.factor)
+    except ValueError as e:
+        parser.error(str(e))
+    if not 0 <= opts.root < opts.np:
+        parser.error(f"-r/--root must be in [0, {opts.np})")
+    if opts.algo == "auto":
+        opts.algo = None
+    if opts.algo not in (None, "all"):
+        from shmcoll.tuning.selector import algorithms_for
+        if opts.algo not in algorithms_for(opts.collective):
+            parser.error(f"--algo {opts.algo}: not an algorithm of {opts.collective}; choose from "
+                         f"{', '.join(algorithms_for(opts.collective) + ['auto', 'all'])}")
+    if opts.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            parser.error("--plot needs matplotlib, which is not installed "
+                         "(pip install matplotlib, or pip install 'shmcoll[plot]')")
+    if opts.device == "cuda":
+        from shmcoll.cuda import array_converters
+        from shmcoll.errors import DeviceError
+        try:
+            array_converters()
+        except DeviceError as e:
+            parser.error(f"--device cuda: {e}")
+        if opts.bind:
+            parser.error("--device cuda: --bind pins CPU ranks; leave it out")
+    if opts.dtype == "bfloat16":
+        import ml_dtypes
+        opts.dtype = np.dtype(ml_dtypes.bfloat16)
+
+
+def main(argv):
+    p = argparse.ArgumentParser(prog="shmcoll perf", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p)
+    opts = p.parse_args(argv)
+    validate(p, opts)
+    return run(opts)

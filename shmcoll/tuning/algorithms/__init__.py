@@ -1,0 +1,21 @@
+"""One module per algorithm; each declares the collectives it implements and, per
+collective, its variants with their cost terms (algorithms.terms).  Adding an
+algorithm is one module plus one entry in REGISTRY."""
+from shmcoll.tuning.algorithms import direct, naive, rhd, ring, tree
+
+REGISTRY = {alg.NAME: alg for alg in (ring, direct, tree, rhd, naive)}
+
+# (engine code, collective) -> (algorithm, variant), for logs and mismatch reports.
+_VARIANT_OF_CODE = {}
+for _alg in REGISTRY.values():
+    for _coll in _alg.COLLECTIVES:
+        for _variant, _code, _ in _alg.variants(_coll, 2, 0):
+            _VARIANT_OF_CODE[_code, _coll] = (_alg.NAME, _variant)
+            _VARIANT_OF_CODE.setdefault((_code, None), (_alg.NAME, _alg.NAME))
+
+
+def name_of_code(code, collective=None):
+    """'direct (two-shot)' for an engine code; the code itself if unknown."""
+    name, variant = _VARIANT_OF_CODE.get((code, collective), _VARIANT_OF_CODE.get(
+        (code, None), (str(code), str(code))))
+    return name if variant == name else f"{name} ({variant})"

@@ -1,0 +1,68 @@
+"""Direct schedules: every rank exchanges with every peer in a single step — the
+shared-memory-native way (one synchronisation instead of a chain of them).
+
+  one-shot AllReduce   every rank sends x to every peer and reduces all P vectors
+                       itself in rank order (latency-optimal, n·(P-1) bytes each)
+  two-shot AllReduce   direct ReduceScatter (block q to rank q, reduced in rank
+                       order) then direct AllGather, interleaved chunk by chunk
+  ReduceScatter, AllGather   the two halves on their own
+  Broadcast, Reduce, Gather, Scatter   a star around the root
+C: csrc/sc_direct.c, csrc/sc_rooted.c (star).  n as in shmcoll.collectives:
+
+    allreduce one-shot   α +  (P-1)·o +  2n(P-1)·β +  n(P-1)·γ
+    allreduce two-shot  2α + 2(P-1)·o + 4n(P-1)/P·β + n(P-1)/P·γ
+    reduce_scatter       α +  (P-1)·o + 2n(P-1)/P·β + n(P-1)/P·γ
+    allgather            α +  (P-1)·o + 2n(P-1)/P·β
+    broadcast            α +  (P-1)·o +   n(P-1)·β
+    reduce               α +  (P-1)·o +   n(P-1)·β +  n(P-1)·γ
+    gather, scatter      α +  (P-1)·o +  n(P-1)/P·β
+(β per byte copied by the busiest rank: what it sends plus what it receives.)
+"""
+from shmcoll._engine import SCHEDULE_CODES
+from shmcoll.tuning.algorithms.rounds import all_pairs_round, star_round
+from shmcoll.tuning.algorithms.terms import Terms
+
+NAME = "direct"
+CODE = SCHEDULE_CODES["direct"]
+CODE_TWO_SHOT = SCHEDULE_CODES["direct_two_shot"]
+DESCRIPTION = "one step, every peer at once: one-shot/two-shot AllReduce, star rooted ops"
+COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "gather",
+               "scatter")
+
+
+def variants(collective, world, nbytes):
+    p, n = world, float(nbytes)
+    share = n * (p - 1) / p
+    if collective == "allreduce":
+        return [("one-shot", CODE, Terms(1, p - 1, 2 * n * (p - 1), n * (p - 1))),
+                ("two-shot", CODE_TWO_SHOT, Terms(2, 2 * (p - 1), 4 * share, share))]
+    terms = {
+        "reduce_scatter": Terms(1, p - 1, 2 * share, share),
+        "allgather": Terms(1, p - 1, 2 * share, 0),
+        "broadcast": Terms(1, p - 1, n * (p - 1), 0),
+        "reduce": Terms(1, p - 1, n * (p - 1), n * (p - 1)),
+        "gather": Terms(1, p - 1, share, 0),
+        "scatter": Terms(1, p - 1, share, 0),
+    }
+    if collective not in terms:
+        raise ValueError(f"direct does not implement {collective}")
+    star = collective in ("broadcast", "reduce", "gather", "scatter")
+    return [("star" if star else NAME, CODE, terms[collective])]
+
+
+def rounds(collective, world, variant=None):
+    """The schedule as rounds (algorithms.rounds), root 0; the two shots of two-shot
+    interleave chunk by chunk, so they share a stage."""
+    p = world
+    if collective == "allreduce":
+        if variant == "two-shot":
+            return [all_pairs_round(p, 1.0 / p, True), all_pairs_round(p, 1.0 / p, False)]
+        return [all_pairs_round(p, 1.0, True)]
+    if collective in ("reduce_scatter", "allgather"):
+        return [all_pairs_round(p, 1.0 / p, collective == "reduce_scatter")]
+    star = {"broadcast": (1.0, False, False), "reduce": (1.0, True, True),
+            "gather": (1.0 / p, True, False), "scatter": (1.0 / p, False, False)}
+    if collective not in star:
+        raise ValueError(f"direct does not implement {collective}")
+    share, inward, reduces = star[collective]
+    return [star_round(p, share, inward, reduces)]

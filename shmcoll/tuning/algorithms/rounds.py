@@ -1,0 +1,68 @@
+"""A schedule as rounds of flows: who sends how much to whom, step by step.
+
+The cost terms of an algorithm (algorithms.terms.Terms) summarise its schedule for
+one kind of link; the rounds keep the whole pattern, so the simulator
+(shmcoll.simulator) can price every flow on the link it crosses.  Both live in the
+algorithm's module and are tested to agree: len(rounds) = Terms.steps, the busiest
+rank's sent + received bytes = Terms.moved, its reduced bytes = Terms.reduced.
+
+A flow's size is a fraction of the collective's n bytes (as in shmcoll.collectives), so one
+list of rounds prices every size.  Rounds of one `stage` overlap chunk by chunk (the
+engine pipelines chains and trees): they pay each round's latency but share the
+links' bandwidth; consecutive stages run one after the other.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Round:
+    src: np.ndarray         # sending ranks
+    dst: np.ndarray         # receiving ranks, flow by flow
+    share: np.ndarray       # bytes of each flow, as a fraction of n
+    reduces: bool           # receivers combine what they receive
+    stage: int              # rounds of one stage overlap
+
+    @property
+    def flows(self):
+        return len(self.src)
+
+
+def make_round(src, dst, share, reduces=False, stage=0):
+    src = np.asarray(src, dtype=np.int64)
+    dst = np.asarray(dst, dtype=np.int64)
+    share = np.broadcast_to(np.asarray(share, dtype=np.float64), src.shape).copy()
+    return Round(src, dst, share, reduces, stage)
+
+
+def ring_round(world, share, reduces, stage):
+    """Every rank r sends `share` to r+1."""
+    src = np.arange(world)
+    return make_round(src, (src + 1) % world, share, reduces, stage)
+
+
+def all_pairs_round(world, share, reduces, stage=0):
+    """Every rank sends `share` to every other rank."""
+    src, dst = np.meshgrid(np.arange(world), np.arange(world), indexing="ij")
+    mask = src != dst
+    return make_round(src[mask], dst[mask], share, reduces, stage)
+
+
+def star_round(world, share, inward, reduces=False, stage=0):
+    """Rank 0 to every other rank (inward: every other rank to rank 0)."""
+    leaves = np.arange(1, world)
+    root = np.zeros_like(leaves)
+    return make_round(leaves, root, share, reduces, stage) if inward else \
+        make_round(root, leaves, share, reduces, stage)
+
+
+def per_rank_totals(rounds, world):
+    """(sent + received, reduced) bytes per rank over `rounds`, as fractions of n."""
+    moved = np.zeros(world)
+    reduced = np.zeros(world)
+    for r in rounds:
+        moved += np.bincount(r.src, r.share, world) + np.bincount(r.dst, r.share, world)
+        if r.reduces:
+            reduced += np.bincount(r.dst, r.share, world)
+    return moved, reduced

@@ -1,0 +1,69 @@
+"""What a communicator's calls run: the selector's decision for one path (the CPU
+engine, or the GPU path with the variants it implements), checked and cached.
+
+Each decision is a pure function of (collective, bytes, algo) given the path's model
+and overrides, so it is taken once per distinct call and looked up afterwards.  The
+engine reads `codes` directly: on its hot path a known size costs one dict lookup.
+"""
+from typing import Dict, Optional, Tuple
+
+from shmcoll.collectives import ALL, BY_NAME
+from shmcoll.tuning import selector
+
+CACHE_MAX = 4096        # distinct (size, algo) per collective before the cache starts over
+
+
+class Decider:
+    """Decisions for `world` ranks priced by `model` under the override `rules`.
+
+    `variants` ({collective: {algorithm: (variant, ...)}}) limits the candidates to
+    what a path implements; `alone` is what a one-rank job runs when no algorithm is
+    named (a copy: no ring to walk); `log_rank` logs each new decision
+    (SHMCOLL_DEBUG=INFO) as that rank."""
+
+    def __init__(self, world: int, model, rules: Optional[selector.Rules] = None,
+                 variants: Optional[dict] = None, alone: Optional[str] = None,
+                 log_rank: Optional[int] = None):
+        self.world, self.model = world, model
+        self.rules = rules if rules is not None else selector.Rules()
+        self.variants, self.alone, self.log_rank = variants, alone, log_rank
+        self._decisions: Dict[Tuple[str, int, Optional[str]], selector.Decision] = {}
+        # engine code -> {nbytes, or (algo, nbytes): schedule code}
+        self.codes: Dict[int, dict] = {c.code: {} for c in ALL}
+
+    def decide(self, collective: str, nbytes: int, algo: Optional[str] = None) -> selector.Decision:
+        """`algo` if named (its best variant for the size), else the override rule
+        covering the size, else the cost model's argmin."""
+        key = (collective, nbytes, algo)
+        decision = self._decisions.get(key)
+        if decision is None:
+            decision = self._decide(collective, nbytes, algo)
+            if len(self._decisions) >= CACHE_MAX:
+                self._decisions.clear()
+            self._decisions[key] = decision
+        return decision
+
+    def _decide(self, collective, nbytes, algo):
+        if algo is not None and not isinstance(algo, str):
+            raise ValueError(f"algo must be an algorithm name, 'auto' or None, got {algo!r}")
+        if self.world == 1 and self.alone and algo in (None, "auto"):
+            algo = self.alone
+        variants = self.variants[collective] if self.variants is not None else None
+        decision = selector.decide(collective, self.world, nbytes, algo, self.model, self.rules,
+                                   variants)
+        if self.log_rank is not None:
+            selector.log_decision(self.log_rank, collective, self.world, nbytes, decision)
+        return decision
+
+    def label(self, collective: str, nbytes: int, algo: Optional[str] = None) -> str:
+        """'algorithm' or 'algorithm (variant)' of what the call runs."""
+        return self.decide(collective, nbytes, algo).candidate.label
+
+    def code(self, collective: str, nbytes: int, algo: Optional[str]) -> int:
+        """The schedule code of a call, remembered in `codes` for the engine."""
+        code = self.decide(collective, nbytes, algo).candidate.code
+        memo = self.codes[BY_NAME[collective].code]
+        if len(memo) >= CACHE_MAX:
+            memo.clear()
+        memo[nbytes if algo is None else (algo, nbytes)] = code
+        return code
