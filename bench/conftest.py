@@ -16,7 +16,7 @@ class Ranks:
         job = "bench-" + secrets.token_hex(8)
         here = os.path.dirname(os.path.dirname(shmcoll.__file__))   # this shmcoll, for the mirrors
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
-        self.mirrors = start_mirrors(world, job, env=env)
+        self.mirrors = start_mirrors(world, job, env=env, cwd=os.path.dirname(__file__))
         self.comm = shmcoll.init(rank=0, world_size=world, job=job)
         pin(0)      # rank r on the r-th CPU, as the mirrors do: placement stays put
 

@@ -47,12 +47,13 @@ def mirror(comm):
             call()
 
 
-def start_mirrors(world, job, python=sys.executable, env=None):
-    """Processes for ranks 1..world-1 of `job`."""
+def start_mirrors(world, job, python=sys.executable, env=None, cwd=None):
+    """Processes for ranks 1..world-1 of `job`, started in `cwd` (`-c` puts it first on
+    sys.path: run from a source checkout, they would import its unbuilt package)."""
     base = dict(os.environ if env is None else env, SHMCOLL_JOB=job,
                 SHMCOLL_WORLD_SIZE=str(world))
     return [subprocess.Popen([python, "-c", _MIRROR],
-                             env=dict(base, SHMCOLL_RANK=str(r)))
+                             env=dict(base, SHMCOLL_RANK=str(r)), cwd=cwd)
             for r in range(1, world)]
 
 
