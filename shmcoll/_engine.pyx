@@ -63,6 +63,7 @@ cdef extern from "csrc/shmcoll.h" nogil:
     void sc_segment_refusal(const void *base, size_t size, int64_t out[4])
     void sc_request_close(sc_comm *c)
     uint64_t sc_call_number(const sc_comm *c)
+    uint64_t sc_attached_count(const sc_comm *c)
     ctypedef struct sc_args:
         int collective, algo, dtype, op, root
         const void *x
@@ -541,7 +542,11 @@ cdef class Engine:
             stage = "joined the job" if sc_call_number(self.c) == 0 else "reached this call"
             return ShmTimeoutError(f"{here} timed out{after}: rank(s) {missing} never "
                                    f"{stage} (this rank was {where})", missing)
-        return ShmTimeoutError(f"{here} timed out{after} {where}",
+        joining = ""
+        if sc_call_number(self.c) == 0:     # every rank holds its slot: say what was seen
+            joining = (f" ({sc_attached_count(self.c)} of {self.world_size} attachments "
+                       f"counted in segment inode {self.seg.identity()[1]})")
+        return ShmTimeoutError(f"{here} timed out{after} {where}{joining}",
                                [waited] if waited >= 0 else [])
 
     cdef list _missing(self):

@@ -136,6 +136,36 @@ def test_garbage_call_record_surfaces_as_a_shmcoll_error(field, fields, seq):
 
 
 # -- timeouts ----------------------------------------------------------------------
+def test_a_join_timeout_with_every_slot_taken_says_what_it_counted():
+    """When no rank is missing yet the count never reaches the world size, the error
+    says how many attachments the segment counted and which segment it was."""
+    params = EngineParams.from_env(2, timeout=0.3)
+    name, token = segment.launch_identity()
+    seg = segment.create(name, 2, params, token)
+    layout = _engine.layout()
+    try:
+        fd = os.open("/dev/shm" + name, os.O_RDWR)
+        try:
+            m = mmap.mmap(fd, layout["ranks"] + 2 * layout["rank_block"])
+        finally:
+            os.close(fd)
+        rank1 = layout["ranks"] + layout["rank_block"]     # holds its slot, never counted
+        m[rank1 + layout["pid"]:rank1 + layout["pid"] + 4] = os.getpid().to_bytes(4, "little")
+        m[rank1 + layout["state"]:rank1 + layout["state"] + 4] = (1).to_bytes(4, "little")
+        engine = _engine.Engine(segment.open_existing(name), 0, 2, token, params)
+        try:
+            with pytest.raises(shmcoll.TimeoutError,
+                               match=rf"1 of 2 attachments counted in segment inode "
+                                     rf"{seg.identity()[1]}"):
+                engine.wait_attached()
+        finally:
+            engine.close(failed=True)
+            m.close()
+    finally:
+        segment.unlink(name)
+        del seg
+
+
 def test_infinite_timeout_means_no_deadline():
     out = shmcoll.launch(late_allreduce, 2, args=(1, 0.5), timeout=float("inf"))
     assert out == [("ok", None, None)] * 2

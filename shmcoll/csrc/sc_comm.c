@@ -260,6 +260,11 @@ sc_comm *sc_attach(void *base, size_t size, int fd, int rank, int world, uint64_
     return c;
 }
 
+uint64_t sc_attached_count(const sc_comm *c)
+{
+    return atomic_load_explicit(&c->hdr->attached.value, memory_order_acquire);
+}
+
 int sc_wait_attached(sc_comm *c)
 {
     return sc_wait_ge(c, &c->hdr->attached, (uint64_t)c->world, -1, "waiting for all ranks to attach", NULL);

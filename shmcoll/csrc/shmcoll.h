@@ -142,6 +142,8 @@ int sc_implements(int collective, int algo);
 void sc_mismatch_info(const sc_comm *c, int64_t out[6]);
 /* This rank's calls so far (the sequence number of the current one). */
 uint64_t sc_call_number(const sc_comm *c);
+/* Ranks attached to the segment so far (what a join waits to see reach the world size). */
+uint64_t sc_attached_count(const sc_comm *c);
 
 /* Ranks that have not arrived: not attached yet, or not yet in our current call. */
 int sc_ranks_missing(const sc_comm *c, int *out, int max);
