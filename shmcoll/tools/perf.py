@@ -19,6 +19,7 @@ from shmcoll.tools.harness import Case, auto_iters, size_sweep, time_calls
 
 HELP = "throughput tester in the style of nccl-tests"
 
+
 @dataclass
 class Row:
     collective: str
