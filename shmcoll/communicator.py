@@ -83,8 +83,6 @@ class Communicator:
                       device: bool = False) -> str:
         """What a call of `collective` on nbytes (priced as in shmcoll.collectives) runs
         here, as 'algorithm' or 'algorithm (variant)'; device=True: for device arrays."""
-        if device:
-            return self._device().algorithm_for(collective, nbytes, algo)
         return self._decider(device).label(collective, nbytes, algo)
 
     def _decider(self, device=False):

@@ -118,9 +118,6 @@ class DevicePath:
         self._everyone = np.zeros((self.world, len(_DESCRIPTOR)), np.int64)
 
     # -- decisions and the handshake --------------------------------------------------
-    def algorithm_for(self, collective, nbytes, algo=None):
-        return self.decider.label(collective, nbytes, algo)
-
     def _begin(self, collective, x, op, root, algo, nbytes, count=None):
         """Decides and agrees with every rank on the call (x's count, or `count`, and
         dtype; op as its code); returns (variant, stream)."""
