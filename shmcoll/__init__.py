@@ -16,11 +16,12 @@ from shmcoll.errors import (ClosedError, CommunicatorBrokenError, ConcurrentCall
                             SharedMemoryFullError, ShmcollError, TimeoutError)
 from shmcoll.launch import launch
 from shmcoll.ops import ReduceOp
+from shmcoll.work import Work, wait_all
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "launch", "init", "Communicator", "ReduceOp", "ShmcollError", "TimeoutError",
+    "launch", "init", "Communicator", "ReduceOp", "Work", "wait_all", "ShmcollError", "TimeoutError",
     "PeerLostError", "MismatchError", "JobAbortedError", "CommunicatorBrokenError", "ClosedError",
     "SegmentError", "LaunchError", "DeviceError", "ConcurrentCallError", "JoinRefusedError",
     "SharedMemoryFullError", "OutOfMemoryError", "__version__",

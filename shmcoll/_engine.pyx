@@ -4,9 +4,12 @@
 Each collective resolves its buffers once (numpy C-API, no Python per chunk), drops
 the GIL for a single C call, and turns the C status into an exception here.
 """
+from libc.math cimport INFINITY
 from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
 from posix.unistd cimport close as close_fd, dup, usleep
 cimport numpy as cnp
+import collections
+import copy
 import hashlib
 import os
 
@@ -86,6 +89,20 @@ cdef extern from "csrc/shmcoll.h" nogil:
     int sc_op_supported(int dtype, int op)
     void sc_layout(int64_t out[8])
     int sc_pid_dead(int32_t pid)
+    ctypedef struct sc_work:
+        sc_args args
+        uint64_t ticket
+        int status, skipped, err_peer, err_waited
+        const char *err_what
+    ctypedef struct sc_progress:
+        pass
+    sc_progress *sc_progress_start(sc_comm *c, uint64_t spin_ns, int *err)
+    uint64_t sc_progress_submit(sc_progress *p, sc_work *w)
+    uint64_t sc_progress_completed(sc_progress *p)
+    int sc_progress_wait(sc_progress *p, uint64_t ticket, double timeout_s,
+                         int (*interrupted)() noexcept)
+    void sc_progress_stop(sc_progress *p)
+    void sc_progress_free(sc_progress *p)
 
 
 DEF MAX_BUILTIN_NUM = 64
@@ -440,6 +457,13 @@ cdef class Engine:
     another thread asks the running call to give up and waits for it to leave before
     the C state is freed; from the running call's own thread (a signal handler) it
     leaves the freeing to that call's exit.
+
+    Nonblocking calls (async_op=True) are checked here, then queued on a progress
+    thread (sc_progress.c, started at the first) and returned as a Work.  The thread
+    runs them in order with the code a blocking call runs; a blocking call first waits
+    for the queued ones, so every rank keeps one sequence of calls.  The engine keeps
+    each Work, and so its buffers, until it completed; an engine with works
+    outstanding stays in _BUSY, so it is never garbage while its thread writes them.
     """
     cdef sc_comm *c
     cdef Segment seg
@@ -450,10 +474,17 @@ cdef class Engine:
     cdef dict _codes            # the decider's: collective code -> {size key: schedule}
     cdef double _timeout
     cdef size_t _channel_bytes
+    cdef uint64_t _progress_spin_ns  # busy-polling of the progress thread and its waiters
     cdef int _active            # a call is inside C
     cdef unsigned long _owner   # the thread of that call
     cdef int _close_pending     # close() came from that thread: detach when it leaves
     cdef bint _close_failed
+    cdef sc_progress *progress  # the queue of nonblocking calls (NULL before the first)
+    cdef object _works          # their Works not settled yet, in submission order
+    cdef uint64_t _last_ticket  # the last work submitted
+    cdef bint _closing          # close() is waiting for the works: no new ones
+    cdef object _first_error    # the exception of the first work that failed
+    cdef str _broken_by         # what broke the communicator, for later calls' errors
     cdef object __weakref__
 
     def __cinit__(self, Segment seg, int rank, int world, uint64_t token, params):
@@ -474,20 +505,40 @@ cdef class Engine:
         self.completed_attach = last
         self._timeout = p.timeout_s
         self._channel_bytes = sc_channel_bytes(p.slot_bytes, p.nslots)
+        # Nonblocking calls add a thread per rank: spin only if each has a core.
+        from shmcoll._core.topology import usable_cpus
+        self._progress_spin_ns = p.spin_ns if 2 * world <= usable_cpus() else 0
         self.closed_reason = "the communicator is closed"
+        self._works = collections.deque()
 
     cdef int _enter(self) except -1:
-        """Take the communicator for one call (GIL held: check and set are atomic)."""
+        """Take the communicator for one call (GIL held: check and set are atomic),
+        once the nonblocking calls queued before it have completed."""
         if self.c == NULL:
             raise ClosedError(self.closed_reason)
         if self._active:
-            raise ConcurrentCallError(
-                f"rank {self.rank}: another thread of this process is inside a collective on "
-                f"this communicator; a communicator serves one call at a time (use one "
-                f"communicator per thread, or serialise the calls)")
+            raise self._concurrent()
         self._active = 1
         self._owner = PyThread_get_thread_ident()
+        if self.progress != NULL:
+            self._after_queued()
         return 0
+
+    cdef int _after_queued(self) except -1:
+        """A blocking call runs after the nonblocking ones queued before it."""
+        if self._last_ticket > sc_progress_completed(self.progress):
+            try:
+                self._drain()
+            except BaseException:
+                self._leave()
+                raise
+        return 0
+
+    cdef object _concurrent(self):
+        return ConcurrentCallError(
+            f"rank {self.rank}: another thread of this process is inside a collective on "
+            f"this communicator; a communicator serves one call at a time (use one "
+            f"communicator per thread, or serialise the calls)")
 
     cdef void _leave(self):
         self._active = 0
@@ -497,41 +548,52 @@ cdef class Engine:
 
     cdef int _raise(self, int status, str what) except -1:
         if status == SC_EINTR:
+            if self._broken_by is None:
+                self._broken_by = f"{what} was interrupted by a signal"
             return -1       # the handler's exception (KeyboardInterrupt...) is pending
+        err = self._error(status, what, sc_error_peer(self.c), sc_error_waited(self.c),
+                          sc_error_what(self.c).decode())
+        if self._broken_by is None and status != SC_EBROKEN:
+            self._broken_by = f"{type(err).__name__}: {err}"
+        raise err
+
+    cdef object _error(self, int status, str what, int peer, int waited, str where):
+        """The exception of a call that ended with `status`, blaming `peer` while this
+        rank was `where` (a phrase taking rank `waited` as its object)."""
         if status == SC_EMISMATCH:
-            raise _mismatch_error(self.c, what, self.rank)
-        cdef int peer = sc_error_peer(self.c), waited = sc_error_waited(self.c)
-        where = sc_error_what(self.c).decode()
+            return _mismatch_error(self.c, what, self.rank)
         if waited >= 0:
             where = f"{where} rank {waited}"
         here = f"{what} on rank {self.rank}"
         if status == SC_ETIMEDOUT:
-            raise self._timeout_error(here, where, waited)
+            return self._timeout_error(here, where, waited)
         if status == SC_EPEERLOST:
             who = f"rank {peer}" if peer >= 0 else "a peer"
-            raise PeerLostError(f"{here}: {who} failed, died or closed its communicator "
-                                f"(this rank was {where})", peer if peer >= 0 else None)
+            return PeerLostError(f"{here}: {who} failed, died or closed its communicator "
+                                 f"(this rank was {where})", peer if peer >= 0 else None)
         if status == SC_EABORTED:
-            raise JobAbortedError(f"{here}: the job was aborted by another rank or by its "
-                                  f"launcher (this rank was {where})")
+            return JobAbortedError(f"{here}: the job was aborted by another rank or by its "
+                                   f"launcher (this rank was {where})")
         if status == SC_EREFUSED:
             refused = self.seg.refusal()
-            raise refused if refused is not None else JoinRefusedError(f"{here}: refused")
+            return refused if refused is not None else JoinRefusedError(f"{here}: refused")
         if status == SC_ECLOSED:
-            raise ClosedError(f"{here}: the communicator was closed during the call, by "
-                              f"another thread or a signal handler (this rank was {where})")
+            return ClosedError(f"{here}: the communicator was closed during the call, by "
+                               f"another thread or a signal handler (this rank was {where})")
         if status == SC_ENOSPACE:
             from shmcoll._core.segment import shm_free_bytes
-            raise SharedMemoryFullError(
+            return SharedMemoryFullError(
                 f"{here}: /dev/shm is too full to back the channel to rank {peer} "
                 f"({self._channel_bytes} bytes needed, {shm_free_bytes()} free); the "
                 f"communicator is unusable")
         if status == SC_ENOMEM:
-            raise OutOfMemoryError(f"{here}: out of memory {where}")
+            return OutOfMemoryError(f"{here}: out of memory {where}")
         if status == SC_EBROKEN:
-            raise CommunicatorBrokenError(
-                f"{here}: an earlier collective failed on this communicator; it is unusable")
-        raise ValueError(f"{here}: the engine refused the arguments (status {status})")
+            cause = f" ({self._broken_by})" if self._broken_by else ""
+            return CommunicatorBrokenError(
+                f"{here}: an earlier collective failed on this communicator{cause}; it is "
+                f"unusable")
+        return ValueError(f"{here}: the engine refused the arguments (status {status})")
 
     cdef object _timeout_error(self, str here, str where, int waited):
         """Ranks that never reached this call are named first: the rank this one was
@@ -564,9 +626,13 @@ cdef class Engine:
         which still belongs to the parent's rank."""
         if self.c != NULL:
             self.c = NULL   # the small process-local struct is left to the child's exit
+            self.progress = NULL    # so is the queue: its thread was not forked
             self._active = self._close_pending = 0
             self.closed_reason = ("this communicator belongs to the process that created it; "
                                   "a forked child must not use it (create one per process)")
+            while self._works:
+                (<Work>self._works.popleft())._settle(ClosedError(self.closed_reason))
+            _BUSY.discard(self)
 
     cdef int _wait(self, int (*wait)(sc_comm *) noexcept nogil, str what) except -1:
         """One call of a C wait that takes only the communicator."""
@@ -584,16 +650,26 @@ cdef class Engine:
     def wait_attached(self):
         self._wait(sc_wait_attached, "joining the job")
 
-    def barrier(self):
+    def barrier(self, bint async_op=False):
+        cdef sc_args a
+        if async_op:
+            a.collective, a.algo, a.dtype, a.op, a.root = SC_COLL_BARRIER, -1, -1, -1, -1
+            a.x, a.out, a.count = NULL, NULL, 0
+            return self._submit(&a, None, None)
         self._wait(sc_barrier, "barrier")
 
-    cdef int _run(self, int collective, object algo, int dtype, int op, int root,
-                  const void *x, void *out, size_t count, size_t nbytes) except -1:
-        """The single C call of a collective; `nbytes` is the size the selector sees."""
+    cdef object _run(self, int collective, object algo, int dtype, int op, int root,
+                     const void *x, void *out, size_t count, size_t nbytes, object keep,
+                     object result, bint async_op):
+        """The single C call of a collective (`nbytes` is the size the selector sees),
+        which returns `result`; or, async_op, that call queued as a Work that keeps
+        `keep` (the input) and `result` alive until it completed."""
         cdef sc_args a
         a.collective, a.dtype, a.op, a.root = collective, dtype, op, root
         a.algo = self._code(collective, nbytes, algo)
         a.x, a.out, a.count = x, out, count
+        if async_op:
+            return self._submit(&a, keep, result)
         cdef int st
         self._enter()
         try:
@@ -603,7 +679,101 @@ cdef class Engine:
                 self._raise(st, COLLECTIVE_NAMES[collective])
         finally:
             self._leave()
+        return result
+
+    # -- nonblocking calls ----------------------------------------------------------
+    cdef Work _submit(self, sc_args *a, object keep, object result):
+        """Queue one checked call on the progress thread (started at the first)."""
+        cdef int err = 0
+        if self.c == NULL:
+            raise ClosedError(self.closed_reason)
+        if self._closing:
+            raise ClosedError("the communicator is closing")
+        if self._active:
+            raise self._concurrent()
+        if self.progress == NULL:
+            self.progress = sc_progress_start(self.c, self._progress_spin_ns, &err)
+            if self.progress == NULL:
+                raise OutOfMemoryError(f"rank {self.rank}: cannot start the progress thread "
+                                       f"of nonblocking calls: {os.strerror(err)}")
+        cdef Work w = Work.__new__(Work)
+        w.w.args = a[0]
+        w.engine, w.keep, w.result = self, keep, result
+        self._works.append(w)
+        _BUSY.add(self)
+        self._last_ticket = sc_progress_submit(self.progress, &w.w)
+        return w
+
+    cdef int _drain(self) except -1:
+        """Wait (GIL released, signal handlers run) until every work submitted so far
+        completed, and settle them.  Each work's own waits have the timeout."""
+        cdef int st
+        cdef uint64_t last = self._last_ticket
+        if self.progress == NULL:
+            return 0
+        with nogil:
+            st = sc_progress_wait(self.progress, last, INFINITY, _interrupted)
+        if st == SC_EINTR:
+            return -1
+        self._resolve()
         return 0
+
+    cdef int _resolve(self) except -1:
+        """Settle the works that completed, in order: each gets its exception, if any,
+        and lets go of its buffers."""
+        cdef uint64_t done = sc_progress_completed(self.progress) if self.progress else 0
+        cdef Work w
+        while self._works:
+            w = <Work>self._works[0]
+            if w.w.ticket > done:
+                break
+            self._works.popleft()
+            w._settle(self._work_error(w) if w.w.status else None)
+        if not self._works:
+            _BUSY.discard(self)
+        return 0
+
+    cdef object _work_error(self, Work w):
+        what = COLLECTIVE_NAMES[w.w.args.collective]
+        first = self._first_error
+        if w.w.skipped and first is not None:
+            err = copy.copy(first)
+            err.args = (f"{what} on rank {self.rank} was not run: an earlier call failed: "
+                        f"{first}",) + tuple(first.args[1:])
+            return err
+        if w.w.status == SC_ECLOSED:
+            err = ClosedError(f"{what} on rank {self.rank}: the communicator was closed "
+                              f"before this nonblocking call completed")
+        else:
+            err = self._error(w.w.status, what, w.w.err_peer, w.w.err_waited,
+                              w.w.err_what.decode())
+        if first is None:
+            self._first_error = err
+        if self._broken_by is None and w.w.status != SC_EBROKEN:
+            self._broken_by = f"{type(err).__name__}: {err}"
+        return err
+
+    cdef int _await(self, Work w, double timeout) except -1:
+        """Wait (GIL released) up to `timeout` seconds for w; 1 if it completed."""
+        cdef int st
+        cdef uint64_t ticket = w.w.ticket
+        with nogil:
+            st = sc_progress_wait(self.progress, ticket, timeout, _interrupted)
+        if st == SC_EINTR:
+            return -1
+        self._resolve()
+        return st == SC_OK
+
+    def finish_works(self):
+        """Wait for every nonblocking call submitted so far (at exit, so that no call
+        is cut off half-way while its peers run it)."""
+        if self.c != NULL and self.progress != NULL:
+            self._drain()
+
+    @property
+    def outstanding(self):
+        """Nonblocking calls submitted and not settled yet."""
+        return len(self._works)
 
     cdef int _code(self, int collective, size_t nbytes, object algo) except -1:
         """The schedule for this size: the decider's, remembered per (size, algo)."""
@@ -626,16 +796,16 @@ cdef class Engine:
             raise ValueError(f"root {root} is out of range for world size {self.world_size}")
         return root
 
-    def allreduce(self, x, out, int op, algo=None):
+    def allreduce(self, x, out, int op, algo=None, bint async_op=False):
         self._live()
         cdef int dt
         cdef cnp.ndarray xa = reduction_input(x, op, &dt)
         cdef cnp.ndarray oa = out_like(out, xa, True)
-        self._run(SC_COLL_ALLREDUCE, algo, dt, op, -1, cnp.PyArray_DATA(xa), cnp.PyArray_DATA(oa),
-                  <size_t>cnp.PyArray_SIZE(xa), <size_t>cnp.PyArray_NBYTES(xa))
-        return oa
+        return self._run(SC_COLL_ALLREDUCE, algo, dt, op, -1, cnp.PyArray_DATA(xa),
+                         cnp.PyArray_DATA(oa), <size_t>cnp.PyArray_SIZE(xa),
+                         <size_t>cnp.PyArray_NBYTES(xa), xa, oa, async_op)
 
-    def reduce(self, x, out, int op, int root, algo=None):
+    def reduce(self, x, out, int op, int root, algo=None, bint async_op=False):
         self._live()
         self._root(root)
         cdef int dt
@@ -649,11 +819,11 @@ cdef class Engine:
             op_ = cnp.PyArray_DATA(oa)
         if self.rank != root:
             oa, op_ = None, NULL
-        self._run(SC_COLL_REDUCE, algo, dt, op, root, cnp.PyArray_DATA(xa), op_,
-                  <size_t>cnp.PyArray_SIZE(xa), <size_t>cnp.PyArray_NBYTES(xa))
-        return oa
+        return self._run(SC_COLL_REDUCE, algo, dt, op, root, cnp.PyArray_DATA(xa), op_,
+                         <size_t>cnp.PyArray_SIZE(xa), <size_t>cnp.PyArray_NBYTES(xa), xa, oa,
+                         async_op)
 
-    def reduce_scatter(self, x, out, int op, algo=None):
+    def reduce_scatter(self, x, out, int op, algo=None, bint async_op=False):
         self._live()
         cdef int dt
         cdef cnp.ndarray xa = reduction_input(x, op, &dt)
@@ -675,21 +845,20 @@ cdef class Engine:
             # is read once, right before it is written); any other overlap is refused.
             if cnp.PyArray_DATA(oa) != <char *>cnp.PyArray_DATA(xa) + self.rank * cnp.PyArray_NBYTES(oa):
                 check_no_partial_overlap(oa, xa, False)
-        self._run(SC_COLL_REDUCE_SCATTER, algo, dt, op, -1, cnp.PyArray_DATA(xa),
-                  cnp.PyArray_DATA(oa), <size_t>cnp.PyArray_SIZE(oa), <size_t>cnp.PyArray_NBYTES(xa))
-        return oa
+        return self._run(SC_COLL_REDUCE_SCATTER, algo, dt, op, -1, cnp.PyArray_DATA(xa),
+                         cnp.PyArray_DATA(oa), <size_t>cnp.PyArray_SIZE(oa),
+                         <size_t>cnp.PyArray_NBYTES(xa), xa, oa, async_op)
 
-    def allgather(self, x, out, algo=None):
+    def allgather(self, x, out, algo=None, bint async_op=False):
         self._live()
         cdef cnp.ndarray xa = as_input(x)
         check_copyable(xa)
         cdef cnp.ndarray oa = stacked_out(out, xa, self.world_size, self.rank)
-        self._run(SC_COLL_ALLGATHER, algo, copy_code(xa), -1, -1, cnp.PyArray_DATA(xa),
-                  cnp.PyArray_DATA(oa),
-                  <size_t>cnp.PyArray_NBYTES(xa), <size_t>cnp.PyArray_NBYTES(oa))
-        return oa
+        return self._run(SC_COLL_ALLGATHER, algo, copy_code(xa), -1, -1, cnp.PyArray_DATA(xa),
+                         cnp.PyArray_DATA(oa), <size_t>cnp.PyArray_NBYTES(xa),
+                         <size_t>cnp.PyArray_NBYTES(oa), xa, oa, async_op)
 
-    def gather(self, x, out, int root, algo=None):
+    def gather(self, x, out, int root, algo=None, bint async_op=False):
         self._live()
         self._root(root)
         cdef cnp.ndarray xa = as_input(x)
@@ -702,11 +871,10 @@ cdef class Engine:
         if self.rank != root:
             oa, op_ = None, NULL
         cdef size_t nb = <size_t>cnp.PyArray_NBYTES(xa)
-        self._run(SC_COLL_GATHER, algo, copy_code(xa), -1, root, cnp.PyArray_DATA(xa), op_, nb,
-                  nb * self.world_size)
-        return oa
+        return self._run(SC_COLL_GATHER, algo, copy_code(xa), -1, root, cnp.PyArray_DATA(xa),
+                         op_, nb, nb * self.world_size, xa, oa, async_op)
 
-    def scatter(self, x, out, int root, algo=None):
+    def scatter(self, x, out, int root, algo=None, bint async_op=False):
         self._live()
         self._root(root)
         cdef cnp.ndarray xa = None, oa
@@ -732,19 +900,17 @@ cdef class Engine:
             oa = check_buffer(out, "out")
             check_copyable(oa)
         cdef size_t nb = <size_t>cnp.PyArray_NBYTES(oa)
-        self._run(SC_COLL_SCATTER, algo, copy_code(oa), -1, root, xp, cnp.PyArray_DATA(oa), nb,
-                  nb * self.world_size)
-        return oa
+        return self._run(SC_COLL_SCATTER, algo, copy_code(oa), -1, root, xp,
+                         cnp.PyArray_DATA(oa), nb, nb * self.world_size, xa, oa, async_op)
 
-    def broadcast(self, x, int root, algo=None):
+    def broadcast(self, x, int root, algo=None, bint async_op=False):
         self._live()
         self._root(root)
         cdef cnp.ndarray xa = check_buffer(x, "x")
         check_copyable(xa)
         cdef size_t nb = <size_t>cnp.PyArray_NBYTES(xa)
-        self._run(SC_COLL_BROADCAST, algo, copy_code(xa), -1, root, cnp.PyArray_DATA(xa), NULL,
-                  nb, nb)
-        return xa
+        return self._run(SC_COLL_BROADCAST, algo, copy_code(xa), -1, root,
+                         cnp.PyArray_DATA(xa), NULL, nb, nb, None, xa, async_op)
 
     def close(self, bint failed=False):
         """Leave the job.  A call running in another thread is asked to give up
@@ -753,7 +919,15 @@ cdef class Engine:
         if self.c == NULL:
             return
         if not self._active:
-            self._detach(failed)
+            if not failed and self.progress != NULL:
+                self._closing = 1       # the queued calls run first; no new ones
+                try:
+                    self._drain()
+                except BaseException:
+                    self._closing = 0
+                    raise
+            if not self._active:        # (a signal handler may have closed it meanwhile)
+                self._detach(failed)
             return
         sc_request_close(self.c)
         self._close_failed = self._close_failed or failed
@@ -765,9 +939,22 @@ cdef class Engine:
                 usleep(1000)
 
     cdef void _detach(self, bint failed):
-        if self.c != NULL:
-            sc_detach(self.c, failed)
-            self.c = NULL
+        """Leave the job: the progress thread ends first (its queued calls give up at
+        once when `failed`), then the attachment is freed."""
+        if self.c == NULL:
+            return
+        self._closing = 1
+        if self.progress != NULL:
+            if failed:
+                sc_request_close(self.c)
+            with nogil:
+                sc_progress_stop(self.progress)
+            try:
+                self._resolve()
+            except BaseException:
+                pass    # (settling only builds exceptions; nothing to undo)
+        sc_detach(self.c, failed)
+        self.c = NULL
 
     @property
     def closed(self):
@@ -780,8 +967,16 @@ cdef class Engine:
 
     def __dealloc__(self):
         if self.c != NULL:
+            if self.progress != NULL:   # idle: a busy engine is never garbage (_BUSY)
+                sc_request_close(self.c)
+                sc_progress_stop(self.progress)
             sc_detach(self.c, 1)
             self.c = NULL
+        sc_progress_free(self.progress)
+        self.progress = NULL
+
+
+include "_work.pxi"
 
 
 # The call record's fields in C order, then the pseudo-field SC_FIELD_SEQUENCE.

@@ -1,6 +1,7 @@
 """Communicator: argument checking and dispatch to the engine; no data loops here."""
 from __future__ import annotations
 
+import atexit
 import operator
 import os
 import time
@@ -17,6 +18,7 @@ from shmcoll.errors import SegmentError
 from shmcoll.ops import OP_CODES, op_code
 from shmcoll.tuning import calibration, selector
 from shmcoll.tuning.decider import Decider
+from shmcoll.work import Work
 
 if TYPE_CHECKING:
     from shmcoll.ops import ReduceOp
@@ -55,6 +57,17 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=lambda: [e.disown() for e in list(_ENGINES)])
 
 
+@atexit.register
+def _finish_at_exit():
+    """A process that ends without waiting for its nonblocking calls still completes
+    them: its peers run the same calls and must not be left with a rank gone mid-call."""
+    for engine in list(_ENGINES):
+        try:
+            engine.finish_works()
+        except BaseException:   # (at exit: the works hold their own errors)
+            pass
+
+
 class Communicator:
     """A group of `world_size` ranks on this machine sharing one segment.
 
@@ -63,6 +76,11 @@ class Communicator:
     unusable: its channels are mid-stream.  Inputs that are not C-contiguous are
     copied; ``out`` must be a C-contiguous, writeable array of the result's shape
     and dtype, and ``out=x`` (allreduce) works in place.
+
+    Every collective takes ``async_op``: with True its arguments are checked at once
+    and it returns a shmcoll.Work; it runs on the communicator's progress thread while
+    the caller goes on, and ``work.wait()`` returns what the blocking call would have
+    (see shmcoll.work for what the caller must leave alone meanwhile).
     """
 
     def __init__(self, engine: Any, rules: Optional[selector.Rules] = None,
@@ -107,7 +125,7 @@ class Communicator:
 
     # -- collectives -------------------------------------------------------
     def allreduce(self, x: Array, out: Optional[Array] = None, op: Op = "sum",
-                  algo: Optional[str] = None) -> Array:
+                  algo: Optional[str] = None, async_op: bool = False) -> Union[Array, Work]:
         """Reduce x over all ranks; every rank gets the result (same shape and dtype).
         out=x works in place."""
         try:    # the hot path: one dict lookup for the common op names
@@ -115,58 +133,70 @@ class Communicator:
         except (KeyError, TypeError):
             code = op_code(op)
         if type(x) is not np.ndarray and is_device_array(x):
-            return self._device().allreduce(x, out, code, algo)
-        return self._engine.allreduce(x, out, code, algo)
+            return self._on_device(self._device().allreduce(x, out, code, algo), async_op)
+        return self._engine.allreduce(x, out, code, algo, async_op)
 
     def reduce(self, x: Array, out: Optional[Array] = None, op: Op = "sum", root: int = 0,
-               algo: Optional[str] = None) -> Optional[Array]:
+               algo: Optional[str] = None, async_op: bool = False) -> Union[Array, Work, None]:
         """Reduce x over all ranks into `root`: returns the result there, None elsewhere."""
         if is_device_array(x):
-            return self._device().reduce(x, out, _op(op), _root(root, self.world_size), algo)
-        return self._engine.reduce(x, out, _op(op), _root(root, self.world_size), algo)
+            return self._on_device(self._device().reduce(
+                x, out, _op(op), _root(root, self.world_size), algo), async_op)
+        return self._engine.reduce(x, out, _op(op), _root(root, self.world_size), algo, async_op)
 
     def reduce_scatter(self, x: Array, out: Optional[Array] = None, op: Op = "sum",
-                       algo: Optional[str] = None) -> Array:
+                       algo: Optional[str] = None, async_op: bool = False) -> Union[Array, Work]:
         """Reduce x over all ranks; rank r gets rows [r*m, (r+1)*m) of the result,
         where m = x.shape[0] // world_size (x.shape[0] must be divisible)."""
         if is_device_array(x):
-            return self._device().reduce_scatter(x, out, _op(op), algo)
-        return self._engine.reduce_scatter(x, out, _op(op), algo)
+            return self._on_device(self._device().reduce_scatter(x, out, _op(op), algo),
+                                   async_op)
+        return self._engine.reduce_scatter(x, out, _op(op), algo, async_op)
 
     def allgather(self, x: Array, out: Optional[Array] = None,
-                  algo: Optional[str] = None) -> Array:
+                  algo: Optional[str] = None, async_op: bool = False) -> Union[Array, Work]:
         """Every rank gets the stack of all ranks' x: shape (world_size, *x.shape)."""
         if is_device_array(x):
-            return self._device().allgather(x, out, algo)
-        return self._engine.allgather(x, out, algo)
+            return self._on_device(self._device().allgather(x, out, algo), async_op)
+        return self._engine.allgather(x, out, algo, async_op)
 
     def gather(self, x: Array, out: Optional[Array] = None, root: int = 0,
-               algo: Optional[str] = None) -> Optional[Array]:
+               algo: Optional[str] = None, async_op: bool = False) -> Union[Array, Work, None]:
         """`root` gets the stack of all ranks' x, shape (world_size, *x.shape); other
         ranks get None."""
         if is_device_array(x):
-            return self._device().gather(x, out, _root(root, self.world_size), algo)
-        return self._engine.gather(x, out, _root(root, self.world_size), algo)
+            return self._on_device(self._device().gather(
+                x, out, _root(root, self.world_size), algo), async_op)
+        return self._engine.gather(x, out, _root(root, self.world_size), algo, async_op)
 
     def scatter(self, x: Optional[Array], out: Optional[Array] = None, root: int = 0,
-                algo: Optional[str] = None) -> Array:
+                algo: Optional[str] = None, async_op: bool = False) -> Union[Array, Work]:
         """Row r of the root's x, shape (world_size, *s), goes to rank r.  Other ranks
         pass x=None and `out` (their receive buffer of shape s), or an x of the
         root's shape and dtype (only its shape is used) to have out allocated."""
         if is_device_array(x) or (x is None and is_device_array(out)):
-            return self._device().scatter(x, out, _root(root, self.world_size), algo)
-        return self._engine.scatter(x, out, _root(root, self.world_size), algo)
+            return self._on_device(self._device().scatter(
+                x, out, _root(root, self.world_size), algo), async_op)
+        return self._engine.scatter(x, out, _root(root, self.world_size), algo, async_op)
 
-    def broadcast(self, x: Array, root: int = 0, algo: Optional[str] = None) -> Array:
+    def broadcast(self, x: Array, root: int = 0, algo: Optional[str] = None,
+                  async_op: bool = False) -> Union[Array, Work]:
         """Copy the root's x into x on every rank (in place; x must be a writeable,
         C-contiguous array of the same size everywhere).  Returns x."""
         if is_device_array(x):
-            return self._device().broadcast(x, _root(root, self.world_size), algo)
-        return self._engine.broadcast(x, _root(root, self.world_size), algo)
+            return self._on_device(self._device().broadcast(
+                x, _root(root, self.world_size), algo), async_op)
+        return self._engine.broadcast(x, _root(root, self.world_size), algo, async_op)
 
-    def barrier(self) -> None:
-        """Return once every rank has entered the barrier."""
-        self._engine.barrier()
+    def barrier(self, async_op: bool = False) -> Optional[Work]:
+        """Return once every rank has entered the barrier (async_op: a Work that
+        completes then)."""
+        return self._engine.barrier(async_op)
+
+    def _on_device(self, result, async_op):
+        """A device call is already asynchronous on the current stream: as a Work,
+        waiting for it is synchronising with that point of the stream."""
+        return self._device_path.work(result) if async_op else result
 
     # -- lifecycle ---------------------------------------------------------
     @property
@@ -174,9 +204,10 @@ class Communicator:
         return self._engine.closed
 
     def close(self) -> None:
-        """Leave the job.  Peers still waiting for this rank get PeerLostError.  With
-        device buffers set up, every rank must close (they are freed only once no
-        peer has them open)."""
+        """Leave the job, once the nonblocking calls issued so far have completed (or
+        failed).  Peers still waiting for this rank get PeerLostError.  With device
+        buffers set up, every rank must close (they are freed only once no peer has
+        them open)."""
         if self._device_path is not None and not self.closed:
             self._device_path.close()
         self._engine.close(failed=False)

@@ -38,3 +38,9 @@ def test_large_allreduce_and_same_bits_everywhere():
 def test_collectives_follow_the_current_stream():
     got = shmcoll.launch(workers.cupy_stream_order, 2, timeout=300)
     assert got == [True, True]
+
+
+def test_async_op_on_the_gpu_waits_for_its_stream():
+    import nonblocking_workers
+    assert shmcoll.launch(nonblocking_workers.cupy_async_allreduce, 2, timeout=300) == \
+        [True, True]

@@ -297,3 +297,12 @@ def test_one_phase_pieces_alternate_halves_and_a_multi_phase_schedule_settles_fi
     ops.clear()
     sched.two_shot(out, x, x.dtype, "sum", None)
     assert ops[0] == ("write", 1 << 20)    # nothing to settle after a multi-phase schedule
+
+
+@pytest.mark.parametrize("P", [1, 2, 3])
+def test_device_calls_with_async_op_return_works(P):
+    import nonblocking_workers
+    cases = [c for c in device_cases(P) if c[1][0] != 1500]
+    got = shmcoll.launch(nonblocking_workers.run_device_cases_async, P, args=(cases,),
+                         timeout=600)
+    assert_matches_numpy(cases, got)

@@ -143,6 +143,15 @@ void sc_abort_failed(sc_header *h, int failed_rank);
 int sc_wait_ge(sc_comm *c, sc_flag *f, uint64_t target, int peer, const char *what, uint64_t *seen);
 void sc_signal(sc_flag *f, uint64_t value);
 uint64_t sc_now_ns(void);
+/* A wait on a flag of this process (no peer to check): spin, yield, then sleep in
+ * slices until it reaches target, the timeout expires (SC_ETIMEDOUT) or
+ * interrupted() (may be NULL) says to stop (SC_EINTR). */
+int sc_wait_local(sc_flag *f, uint64_t target, uint64_t spin_ns, uint64_t yield_ns,
+                  double timeout_s, int (*interrupted)(void));
+/* True on a communicator's progress thread (sc_progress.c), whose waits for peers
+ * poll as its queue says instead of as the communicator's parameters say. */
+extern _Thread_local int sc_on_progress_thread;
+extern _Thread_local uint64_t sc_progress_spin_ns, sc_progress_yield_ns;
 
 /* A schedule: one (collective, algorithm) pair, called by sc_run after the call is
  * published; k is NULL for copy-only collectives. */

@@ -130,8 +130,9 @@ static int give_up(sc_comm *c, int peer, const char *what)
     if (reason)
         return c->hdr->failed_rank >= 0 ? fail_on(c, SC_EPEERLOST, c->hdr->failed_rank, peer, what)
                                         : fail(c, SC_EABORTED, peer, what);
-    /* Signal handlers run first: one of them may close the communicator. */
-    if (c->params.interrupted && c->params.interrupted())
+    /* Signal handlers run first: one of them may close the communicator.  The
+     * progress thread has none to run (signals go to the caller's threads). */
+    if (c->params.interrupted && !sc_on_progress_thread && c->params.interrupted())
         return fail(c, SC_EINTR, peer, what);
     if (atomic_load_explicit(&c->closing, memory_order_acquire))
         return fail(c, SC_ECLOSED, peer, what);
@@ -151,6 +152,39 @@ static inline int reached(sc_flag *f, uint64_t target, uint64_t *seen)
     return v >= target;
 }
 
+/* The busy phases of a wait that started at `start`: spin, then yield, until the flag
+ * reaches target (1) or the phases are over (0, *now is the time then). */
+static inline int poll_phases(sc_flag *f, uint64_t target, uint64_t start, uint64_t spin_ns,
+                              uint64_t yield_ns, uint64_t *v, uint64_t *now)
+{
+    while (*now - start < spin_ns) {
+        for (int i = 0; i < 64; i++) {
+            cpu_relax();
+            if (reached(f, target, v))
+                return 1;
+        }
+        *now = sc_now_ns();
+    }
+    while (*now - start < spin_ns + yield_ns) {
+        sched_yield();
+        if (reached(f, target, v))
+            return 1;
+        *now = sc_now_ns();
+    }
+    return 0;
+}
+
+/* One sleep on the flag's futex, at most `ns`; whether it reached target then. */
+static inline int sleep_once(sc_flag *f, uint64_t target, uint64_t ns, uint64_t *v)
+{
+    atomic_fetch_add_explicit(&f->waiters, 1, memory_order_seq_cst);
+    *v = atomic_load_explicit(&f->value, memory_order_seq_cst);
+    if (*v < target)
+        futex_sleep(&f->value, (uint32_t)*v, ns);
+    atomic_fetch_sub_explicit(&f->waiters, 1, memory_order_relaxed);
+    return reached(f, target, v);
+}
+
 int sc_wait_ge(sc_comm *c, sc_flag *f, uint64_t target, int peer, const char *what, uint64_t *seen)
 {
     uint64_t v;
@@ -158,29 +192,16 @@ int sc_wait_ge(sc_comm *c, sc_flag *f, uint64_t target, int peer, const char *wh
         goto done;
 
     uint64_t start = sc_now_ns(), now = start;
-    while (now - start < c->params.spin_ns) {
-        for (int i = 0; i < 64; i++) {
-            cpu_relax();
-            if (reached(f, target, &v))
-                goto done;
-        }
-        now = sc_now_ns();
+    uint64_t spin_ns = c->params.spin_ns, yield_ns = c->params.yield_ns;
+    if (sc_on_progress_thread) {
+        spin_ns = sc_progress_spin_ns;
+        yield_ns = sc_progress_yield_ns;
     }
-    while (now - start < c->params.spin_ns + c->params.yield_ns) {
-        sched_yield();
-        if (reached(f, target, &v))
-            goto done;
-        now = sc_now_ns();
-    }
-
+    if (poll_phases(f, target, start, spin_ns, yield_ns, &v, &now))
+        goto done;
     uint64_t deadline = deadline_of(start, c->params.timeout_s);
     for (;;) {
-        atomic_fetch_add_explicit(&f->waiters, 1, memory_order_seq_cst);
-        v = atomic_load_explicit(&f->value, memory_order_seq_cst);
-        if (v < target)
-            futex_sleep(&f->value, (uint32_t)v, SLEEP_SLICE_NS);
-        atomic_fetch_sub_explicit(&f->waiters, 1, memory_order_relaxed);
-        if (reached(f, target, &v))
+        if (sleep_once(f, target, SLEEP_SLICE_NS, &v))
             goto done;
         SC_TRY(give_up(c, peer, what));
         if (sc_now_ns() >= deadline)
@@ -190,4 +211,25 @@ done:
     if (seen)
         *seen = v;
     return SC_OK;
+}
+
+int sc_wait_local(sc_flag *f, uint64_t target, uint64_t spin_ns, uint64_t yield_ns,
+                  double timeout_s, int (*interrupted)(void))
+{
+    uint64_t v, start = sc_now_ns(), now = start;
+    if (reached(f, target, &v))
+        return SC_OK;
+    /* A short timeout (a caller polling) bounds the busy phases too. */
+    uint64_t deadline = deadline_of(start, timeout_s), busy = deadline - start;
+    spin_ns = spin_ns < busy ? spin_ns : busy;
+    yield_ns = yield_ns < busy - spin_ns ? yield_ns : busy - spin_ns;
+    if (poll_phases(f, target, start, spin_ns, yield_ns, &v, &now))
+        return SC_OK;
+    for (; now < deadline; now = sc_now_ns()) {
+        if (sleep_once(f, target, sc_min(deadline - now, SLEEP_SLICE_NS), &v))
+            return SC_OK;
+        if (interrupted && interrupted())
+            return SC_EINTR;
+    }
+    return SC_ETIMEDOUT;
 }

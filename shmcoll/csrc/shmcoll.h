@@ -138,6 +138,42 @@ int sc_run(sc_comm *c, const sc_args *a);
 /* Whether sc_run implements (collective, algo). */
 int sc_implements(int collective, int algo);
 
+/* Nonblocking calls (sc_progress.c).  A communicator's progress thread runs the
+ * works submitted to it one by one in submission order, exactly as sc_run /
+ * sc_barrier would in the caller; the caller keeps each work (and its buffers)
+ * alive until sc_progress_completed() reaches its ticket.  The thread never takes
+ * the GIL and runs no signal handlers.  After a work fails, the later ones are not
+ * run: they complete with the same status (and `skipped` set), as a blocking call
+ * on a broken communicator would refuse to run. */
+typedef struct sc_work {
+    sc_args args;             /* collective SC_COLL_BARRIER: a barrier */
+    struct sc_work *next;     /* the queue's link */
+    uint64_t ticket;          /* the work's place in submission order, from 1 */
+    int status;               /* SC_OK or why it failed */
+    int skipped;              /* not run: an earlier work failed with `status` */
+    int err_peer, err_waited; /* as sc_error_peer / sc_error_waited after the failure */
+    const char *err_what;
+} sc_work;
+
+typedef struct sc_progress sc_progress;
+
+/* Starts c's progress thread; NULL and *err = an errno when it cannot.  The thread
+ * and the callers waiting for its works busy-poll spin_ns at most (0 unless every
+ * rank's caller and progress thread can have a core of their own: a polling thread
+ * would hold the core another one needs). */
+sc_progress *sc_progress_start(sc_comm *c, uint64_t spin_ns, int *err);
+/* Queues w (its args filled in); returns its ticket. */
+uint64_t sc_progress_submit(sc_progress *p, sc_work *w);
+/* The ticket of the last work that completed (works complete in ticket order). */
+uint64_t sc_progress_completed(sc_progress *p);
+/* Waits until work `ticket` completed: SC_OK, SC_ETIMEDOUT after timeout_s, or
+ * SC_EINTR when interrupted() (may be NULL) asks to stop. */
+int sc_progress_wait(sc_progress *p, uint64_t ticket, double timeout_s, int (*interrupted)(void));
+/* Ends the thread once every queued work completed (sc_request_close first makes
+ * them give up); waits for it.  p stays readable until sc_progress_free. */
+void sc_progress_stop(sc_progress *p);
+void sc_progress_free(sc_progress *p);
+
 /* The first mismatch of the job: field, the two ranks, their values, the collective. */
 void sc_mismatch_info(const sc_comm *c, int64_t out[6]);
 /* This rank's calls so far (the sequence number of the current one). */

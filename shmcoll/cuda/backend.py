@@ -69,6 +69,10 @@ class DeviceBackend(Protocol):
     def synchronize(self, stream: Any) -> None:
         """Wait for the stream's work, then check()."""
 
+    def record(self, stream: Any) -> Any:
+        """An event at the stream's current end: its query() says whether the device
+        has passed it, synchronize() waits until it has."""
+
     def empty(self, shape: Sequence[int], dtype: Any) -> Any:
         """A device array for results."""
 

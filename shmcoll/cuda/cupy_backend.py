@@ -137,6 +137,11 @@ class CupyBackend:
         stream.synchronize()
         self.check()
 
+    def record(self, stream):
+        event = self.cp.cuda.Event(block=True, disable_timing=True)
+        event.record(stream)
+        return event
+
     def empty(self, shape, dtype):
         return self.cp.empty(shape, dtype)
 

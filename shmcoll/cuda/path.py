@@ -15,6 +15,7 @@ from shmcoll.collectives import BY_NAME
 from shmcoll.cuda import backend as backends
 from shmcoll.cuda import kernels
 from shmcoll.cuda.collectives import Schedules
+from shmcoll.cuda.work import DeviceWork
 from shmcoll.errors import CommunicatorBrokenError, MismatchError
 from shmcoll.ops import ReduceOp
 from shmcoll.tuning import calibration
@@ -275,6 +276,10 @@ class DevicePath:
         return arr
 
     # -- lifecycle ------------------------------------------------------------------
+    def work(self, result):
+        """The Work of the call just enqueued (returning `result`)."""
+        return DeviceWork(self.backend, self.backend.record(self.backend.stream()), result)
+
     def synchronize(self):
         """Wait for this rank's enqueued collectives; raise what a device wait recorded."""
         self.backend.synchronize(self.backend.stream())

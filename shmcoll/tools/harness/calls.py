@@ -1,12 +1,24 @@
 """One driver for calling a collective by name, for perf, calibration, benchmarks and
 tests alike: every collective's argument list is spelled here once."""
+import functools
 
 
-def bind(comm, collective, x, out=None, op="sum", root=0, algo=None):
+class _Nonblocking:
+    """A communicator whose collectives are called with async_op=True."""
+
+    def __init__(self, comm):
+        self._comm = comm
+
+    def __getattr__(self, name):
+        return functools.partial(getattr(self._comm, name), async_op=True)
+
+
+def bind(comm, collective, x, out=None, op="sum", root=0, algo=None, async_op=False):
     """comm.<collective> on these arguments as a closure of none: the dispatch happens
     here, once, so a timed loop pays a single Python call per collective, as a user's
-    own loop would.  `op` goes to reductions, `root` to rooted collectives."""
-    c = comm
+    own loop would.  `op` goes to reductions, `root` to rooted collectives; async_op
+    makes it return a Work."""
+    c = _Nonblocking(comm) if async_op else comm    # blocking calls: no extra argument
     if collective == "allreduce":
         return lambda: c.allreduce(x, out, op, algo)
     if collective == "reduce":
@@ -26,9 +38,9 @@ def bind(comm, collective, x, out=None, op="sum", root=0, algo=None):
     raise ValueError(f"unknown collective {collective!r}")
 
 
-def invoke(comm, collective, x, out=None, op="sum", root=0, algo=None):
+def invoke(comm, collective, x, out=None, op="sum", root=0, algo=None, async_op=False):
     """Call comm.<collective> now (see bind)."""
-    return bind(comm, collective, x, out, op, root, algo)()
+    return bind(comm, collective, x, out, op, root, algo, async_op)()
 
 
 def in_place(comm, collective, x, out, root=0):

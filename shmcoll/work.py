@@ -1,0 +1,55 @@
+"""shmcoll.Work: what a collective called with ``async_op=True`` returns.
+
+A Work is the call in flight.  Calls complete in the order they were issued on their
+communicator, whatever order their Works are waited in; a blocking call issued
+meanwhile runs after them.  Until ``wait()`` has returned (or ``is_completed()`` is
+true) the caller must not write the call's input nor read or write its ``out`` (for
+broadcast, x): the communicator's progress thread reads and writes them meanwhile.
+A failure inside the call is raised by ``wait()`` (and returned by ``exception()``),
+as the blocking call would have raised it; the calls queued after a failed one fail
+with the same kind of error without running.
+"""
+import abc
+import math
+import time
+from typing import Any, Iterable, List, Optional
+
+from shmcoll import _engine
+
+
+class Work(abc.ABC):
+    """The handle of one nonblocking collective (shmcoll.Communicator methods called
+    with ``async_op=True``)."""
+
+    @abc.abstractmethod
+    def wait(self, timeout: Optional[float] = None) -> Any:
+        """Block until the call completed and return what the blocking call returns
+        (the result array, None on non-roots...), or raise its error.  With `timeout`
+        seconds, a call still running then raises shmcoll.TimeoutError and stays
+        outstanding."""
+
+    @abc.abstractmethod
+    def is_completed(self) -> bool:
+        """Whether the call completed, successfully or not; never blocks."""
+
+    @abc.abstractmethod
+    def exception(self) -> Optional[BaseException]:
+        """The error the call failed with; None while it runs or when it succeeded."""
+
+
+Work.register(_engine.Work)
+
+
+def wait_all(works: Iterable[Work], timeout: Optional[float] = None) -> List[Any]:
+    """Wait for every work (within `timeout` seconds in all) and return their results
+    in order; the first failure is raised once every work has completed or failed."""
+    works = list(works)
+    deadline = math.inf if timeout is None else time.monotonic() + timeout
+    for w in works:
+        left = None if timeout is None else max(0.0, deadline - time.monotonic())
+        try:
+            w.wait(left)
+        except Exception:
+            if not w.is_completed():    # the wait timed out, not the call
+                raise
+    return [w.wait() for w in works]
