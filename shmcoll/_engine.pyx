@@ -238,12 +238,43 @@ cdef cnp.ndarray empty(int nd, cnp.npy_intp *dims, cnp.ndarray like):
     return np.empty(tuple(dims[i] for i in range(nd)), dtype=like.dtype)
 
 
-cdef cnp.ndarray reduction_input(object x, int op, int *dt):
-    """x as a C-contiguous array of a reducible dtype for which `op` is defined."""
+cdef cnp.ndarray reduction_input(object x, int op, int *dt, int *lanes):
+    """x as a C-contiguous array of a reducible dtype for which `op` is defined; the
+    engine reduces `lanes` elements of type dt per element of x (see _lanes_of)."""
     cdef cnp.ndarray xa = as_input(x)
-    dt[0] = dtype_code(xa)
+    cdef int num = cnp.PyArray_TYPE(xa)
+    lanes[0] = 1
+    if num < MAX_BUILTIN_NUM and _code_by_num[num] >= 0 and cnp.PyArray_ISNOTSWAPPED(xa):
+        dt[0] = _code_by_num[num]
+    elif cnp.PyArray_ISNOTSWAPPED(xa) and num in _LANES:
+        dt[0], lanes[0] = _lanes_of(num, op, xa)
+        return xa
+    else:
+        dt[0] = dtype_code(xa)
     _check_op(dt[0], op, xa)
     return xa
+
+
+# Types the engine reduces as other types, where the op means the same thing:
+# bool as uint8 0/1 (max = any, min = all, band, bor, bxor); complex as its (real,
+# imaginary) pair of floats, for sum and avg (prod, min and max are not elementwise
+# on the parts).
+_LANES = {np.dtype(np.bool_).num: (SC_UINT8, 1, ("max", "min", "band", "bor", "bxor")),
+          np.dtype(np.complex64).num: (SC_FLOAT32, 2, ("sum", "avg")),
+          np.dtype(np.complex128).num: (SC_FLOAT64, 2, ("sum", "avg"))}
+
+
+def _lanes_of(num, op, xa):
+    from shmcoll.ops import ReduceOp
+    code, lanes, ops = _LANES[num]
+    name = ReduceOp.from_code(op).value
+    if name not in ops:
+        why = ("a sum or product of booleans is not a boolean; use max (any) or min (all), "
+               "or cast to an integer type" if lanes == 1 else
+               "complex numbers reduce by sum and avg only (a product or an order is not "
+               "elementwise on the real and imaginary parts)")
+        raise ValueError(f"op {name!r} is not defined for dtype {xa.dtype}: {why}")
+    return code, lanes
 
 
 cdef cnp.ndarray out_like(object out, cnp.ndarray xa, bint inplace_ok):
@@ -798,18 +829,18 @@ cdef class Engine:
 
     def allreduce(self, x, out, int op, algo=None, bint async_op=False):
         self._live()
-        cdef int dt
-        cdef cnp.ndarray xa = reduction_input(x, op, &dt)
+        cdef int dt, lanes
+        cdef cnp.ndarray xa = reduction_input(x, op, &dt, &lanes)
         cdef cnp.ndarray oa = out_like(out, xa, True)
         return self._run(SC_COLL_ALLREDUCE, algo, dt, op, -1, cnp.PyArray_DATA(xa),
-                         cnp.PyArray_DATA(oa), <size_t>cnp.PyArray_SIZE(xa),
+                         cnp.PyArray_DATA(oa), <size_t>cnp.PyArray_SIZE(xa) * lanes,
                          <size_t>cnp.PyArray_NBYTES(xa), xa, oa, async_op)
 
     def reduce(self, x, out, int op, int root, algo=None, bint async_op=False):
         self._live()
         self._root(root)
-        cdef int dt
-        cdef cnp.ndarray xa = reduction_input(x, op, &dt)
+        cdef int dt, lanes
+        cdef cnp.ndarray xa = reduction_input(x, op, &dt, &lanes)
         cdef cnp.ndarray oa = None
         cdef void *op_ = NULL
         # out is checked on every rank that passes one (a wrong buffer is a bug even
@@ -820,13 +851,13 @@ cdef class Engine:
         if self.rank != root:
             oa, op_ = None, NULL
         return self._run(SC_COLL_REDUCE, algo, dt, op, root, cnp.PyArray_DATA(xa), op_,
-                         <size_t>cnp.PyArray_SIZE(xa), <size_t>cnp.PyArray_NBYTES(xa), xa, oa,
-                         async_op)
+                         <size_t>cnp.PyArray_SIZE(xa) * lanes, <size_t>cnp.PyArray_NBYTES(xa),
+                         xa, oa, async_op)
 
     def reduce_scatter(self, x, out, int op, algo=None, bint async_op=False):
         self._live()
-        cdef int dt
-        cdef cnp.ndarray xa = reduction_input(x, op, &dt)
+        cdef int dt, lanes
+        cdef cnp.ndarray xa = reduction_input(x, op, &dt, &lanes)
         cdef int nd = cnp.PyArray_NDIM(xa)
         if nd == 0 or cnp.PyArray_DIMS(xa)[0] % self.world_size:
             raise ValueError(f"reduce_scatter needs x.shape[0] divisible by world_size "
@@ -846,7 +877,7 @@ cdef class Engine:
             if cnp.PyArray_DATA(oa) != <char *>cnp.PyArray_DATA(xa) + self.rank * cnp.PyArray_NBYTES(oa):
                 check_no_partial_overlap(oa, xa, False)
         return self._run(SC_COLL_REDUCE_SCATTER, algo, dt, op, -1, cnp.PyArray_DATA(xa),
-                         cnp.PyArray_DATA(oa), <size_t>cnp.PyArray_SIZE(oa),
+                         cnp.PyArray_DATA(oa), <size_t>cnp.PyArray_SIZE(oa) * lanes,
                          <size_t>cnp.PyArray_NBYTES(xa), xa, oa, async_op)
 
     def allgather(self, x, out, algo=None, bint async_op=False):

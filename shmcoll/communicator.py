@@ -13,7 +13,8 @@ import numpy as np
 from shmcoll import _engine
 from shmcoll._core import segment
 from shmcoll._core.settings import EngineParams, get
-from shmcoll.cuda import is_device_array
+from shmcoll import arrays
+from shmcoll.arrays import is_device_array
 from shmcoll.errors import SegmentError
 from shmcoll.ops import OP_CODES, op_code
 from shmcoll.tuning import calibration, selector
@@ -23,7 +24,8 @@ from shmcoll.work import Work
 if TYPE_CHECKING:
     from shmcoll.ops import ReduceOp
 
-# A numpy array, or a device array exposing __cuda_array_interface__ (CuPy's).
+# A numpy array, a torch tensor, anything with __dlpack__, the buffer protocol or
+# __array_interface__, or a device array (CuPy's, a CUDA tensor): shmcoll.arrays.
 Array = Any
 Op = Union[str, "ReduceOp"]
 
@@ -33,6 +35,12 @@ def _op(op):
         return OP_CODES[op]
     except (KeyError, TypeError):
         return op_code(op)
+
+
+# The engine takes numpy arrays as they are; every method checks for them inline, as
+# `type(x) is _ND and (out is None or type(out) is _ND)` (a call or a tuple more costs
+# a small call a few percent).
+_ND = np.ndarray
 
 
 def _root(root, world):
@@ -124,6 +132,7 @@ class Communicator:
             self._device_path.synchronize()
 
     # -- collectives -------------------------------------------------------
+    # numpy arrays go straight to the engine; anything else through _any.
     def allreduce(self, x: Array, out: Optional[Array] = None, op: Op = "sum",
                   algo: Optional[str] = None, async_op: bool = False) -> Union[Array, Work]:
         """Reduce x over all ranks; every rank gets the result (same shape and dtype).
@@ -132,61 +141,74 @@ class Communicator:
             code = OP_CODES[op]
         except (KeyError, TypeError):
             code = op_code(op)
-        if type(x) is not np.ndarray and is_device_array(x):
-            return self._on_device(self._device().allreduce(x, out, code, algo), async_op)
-        return self._engine.allreduce(x, out, code, algo, async_op)
+        if type(x) is _ND and (out is None or type(out) is _ND):
+            return self._engine.allreduce(x, out, code, algo, async_op)
+        return self._any("allreduce", x, out, (code, algo), async_op)
 
     def reduce(self, x: Array, out: Optional[Array] = None, op: Op = "sum", root: int = 0,
                algo: Optional[str] = None, async_op: bool = False) -> Union[Array, Work, None]:
         """Reduce x over all ranks into `root`: returns the result there, None elsewhere."""
-        if is_device_array(x):
-            return self._on_device(self._device().reduce(
-                x, out, _op(op), _root(root, self.world_size), algo), async_op)
-        return self._engine.reduce(x, out, _op(op), _root(root, self.world_size), algo, async_op)
+        if type(x) is _ND and (out is None or type(out) is _ND):
+            return self._engine.reduce(x, out, _op(op), _root(root, self.world_size), algo,
+                                       async_op)
+        return self._any("reduce", x, out, (_op(op), _root(root, self.world_size), algo),
+                         async_op)
 
     def reduce_scatter(self, x: Array, out: Optional[Array] = None, op: Op = "sum",
                        algo: Optional[str] = None, async_op: bool = False) -> Union[Array, Work]:
         """Reduce x over all ranks; rank r gets rows [r*m, (r+1)*m) of the result,
         where m = x.shape[0] // world_size (x.shape[0] must be divisible)."""
-        if is_device_array(x):
-            return self._on_device(self._device().reduce_scatter(x, out, _op(op), algo),
-                                   async_op)
-        return self._engine.reduce_scatter(x, out, _op(op), algo, async_op)
+        if type(x) is _ND and (out is None or type(out) is _ND):
+            return self._engine.reduce_scatter(x, out, _op(op), algo, async_op)
+        return self._any("reduce_scatter", x, out, (_op(op), algo), async_op)
 
     def allgather(self, x: Array, out: Optional[Array] = None,
                   algo: Optional[str] = None, async_op: bool = False) -> Union[Array, Work]:
         """Every rank gets the stack of all ranks' x: shape (world_size, *x.shape)."""
-        if is_device_array(x):
-            return self._on_device(self._device().allgather(x, out, algo), async_op)
-        return self._engine.allgather(x, out, algo, async_op)
+        if type(x) is _ND and (out is None or type(out) is _ND):
+            return self._engine.allgather(x, out, algo, async_op)
+        return self._any("allgather", x, out, (algo,), async_op)
 
     def gather(self, x: Array, out: Optional[Array] = None, root: int = 0,
                algo: Optional[str] = None, async_op: bool = False) -> Union[Array, Work, None]:
         """`root` gets the stack of all ranks' x, shape (world_size, *x.shape); other
         ranks get None."""
-        if is_device_array(x):
-            return self._on_device(self._device().gather(
-                x, out, _root(root, self.world_size), algo), async_op)
-        return self._engine.gather(x, out, _root(root, self.world_size), algo, async_op)
+        if type(x) is _ND and (out is None or type(out) is _ND):
+            return self._engine.gather(x, out, _root(root, self.world_size), algo, async_op)
+        return self._any("gather", x, out, (_root(root, self.world_size), algo), async_op)
 
     def scatter(self, x: Optional[Array], out: Optional[Array] = None, root: int = 0,
                 algo: Optional[str] = None, async_op: bool = False) -> Union[Array, Work]:
         """Row r of the root's x, shape (world_size, *s), goes to rank r.  Other ranks
         pass x=None and `out` (their receive buffer of shape s), or an x of the
         root's shape and dtype (only its shape is used) to have out allocated."""
-        if is_device_array(x) or (x is None and is_device_array(out)):
-            return self._on_device(self._device().scatter(
-                x, out, _root(root, self.world_size), algo), async_op)
-        return self._engine.scatter(x, out, _root(root, self.world_size), algo, async_op)
+        if (x is None or type(x) is _ND) and (out is None or type(out) is _ND):
+            return self._engine.scatter(x, out, _root(root, self.world_size), algo, async_op)
+        return self._any("scatter", x, out, (_root(root, self.world_size), algo), async_op)
 
     def broadcast(self, x: Array, root: int = 0, algo: Optional[str] = None,
                   async_op: bool = False) -> Union[Array, Work]:
         """Copy the root's x into x on every rank (in place; x must be a writeable,
         C-contiguous array of the same size everywhere).  Returns x."""
+        root = _root(root, self.world_size)
+        if type(x) is _ND:
+            return self._engine.broadcast(x, root, algo, async_op)
         if is_device_array(x):
-            return self._on_device(self._device().broadcast(
-                x, _root(root, self.world_size), algo), async_op)
-        return self._engine.broadcast(x, _root(root, self.world_size), algo, async_op)
+            return self._on_device(self._device().broadcast(x, root, algo), async_op)
+        xa = arrays.as_out(x, "x")      # written in place: the caller's own memory
+        got = self._engine.broadcast(xa, root, algo, async_op)
+        return arrays.in_kind_of(got, async_op, x, xa, None, None)
+
+    def _any(self, name, x, out, args, async_op):
+        """A collective on anything but numpy arrays: device memory goes to the GPU
+        path; host memory (tensors, DLPack, buffers) to the engine as numpy views of
+        it, and the result comes back in the caller's kind (shmcoll.arrays)."""
+        if is_device_array(x) or (x is None and is_device_array(out)):
+            return self._on_device(getattr(self._device(), name)(x, out, *args), async_op)
+        xa = None if x is None else arrays.as_numpy(x)
+        oa = arrays.as_out(out)
+        got = getattr(self._engine, name)(xa, oa, *args, async_op)
+        return arrays.in_kind_of(got, async_op, x, xa, out, oa)
 
     def barrier(self, async_op: bool = False) -> Optional[Work]:
         """Return once every rank has entered the barrier (async_op: a Work that

@@ -75,6 +75,9 @@ def finish(acc: np.ndarray, op: str, world: int) -> np.ndarray:
     (floor division on integers)."""
     if op != "avg":
         return acc
+    if acc.dtype.kind == "c":   # each part divided (complex division rounds otherwise)
+        parts = np.ascontiguousarray(acc).reshape(-1).view(acc.real.dtype)
+        return (parts / parts.dtype.type(world)).view(acc.dtype).reshape(acc.shape)
     return acc // world if acc.dtype.kind in "iu" else acc / acc.dtype.type(world)
 
 

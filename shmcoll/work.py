@@ -40,6 +40,25 @@ class Work(abc.ABC):
 Work.register(_engine.Work)
 
 
+class ConvertedWork(Work):
+    """A Work whose result is handed back converted (to the caller's kind of array)."""
+
+    def __init__(self, work: Work, convert):
+        self._work, self._convert = work, convert
+
+    def wait(self, timeout: Optional[float] = None) -> Any:
+        return self._convert(self._work.wait(timeout))
+
+    def is_completed(self) -> bool:
+        return self._work.is_completed()
+
+    def exception(self) -> Optional[BaseException]:
+        return self._work.exception()
+
+    def __repr__(self) -> str:
+        return repr(self._work)
+
+
 def wait_all(works: Iterable[Work], timeout: Optional[float] = None) -> List[Any]:
     """Wait for every work (within `timeout` seconds in all) and return their results
     in order; the first failure is raised once every work has completed or failed."""

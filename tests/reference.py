@@ -79,3 +79,31 @@ def bitwise_equal(a, b):
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     return a.tobytes() == b.tobytes()
+
+
+def case_grid(P, dtype_ops, shapes, seed, algos_of=lambda coll: [None],
+              roots_of=lambda coll: [0]):
+    """Cases (collective, shape, dtype, op, inplace, algo, seed, root) of every
+    collective x algorithm x root x (dtype, op) x shape, in place and not; copy-only
+    collectives with "sum" only, reduce_scatter's first dimension whole blocks of P."""
+    cases = []
+    for coll in BY_NAME:
+        for algo in algos_of(coll):
+            for root in roots_of(coll):
+                for dt, op in dtype_ops:
+                    if not BY_NAME[coll].reducing and op != "sum":
+                        continue
+                    for shape in shapes:
+                        if coll == "reduce_scatter":
+                            n = shape[0] if shape else 1
+                            shape = (P * max(n // P, 1 if n else 0),) + tuple(shape[1:])
+                        for inplace in (False, True):
+                            cases.append((coll, shape, dt, op, inplace, algo, seed, root))
+    return cases
+
+
+def assert_cases_match(cases, got, P):
+    """got[rank][i] is rank's result of cases[i]: each must equal the reference."""
+    wrong = [(case, rank) for i, case in enumerate(cases) for rank in range(P)
+             if not bitwise_equal(got[rank][i], expected_result(case, P, rank))]
+    assert not wrong, f"{len(wrong)} wrong of {len(cases) * P}: {wrong[:5]}"

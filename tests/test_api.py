@@ -10,8 +10,9 @@ F32 = np.zeros(8, np.float32)
 
 BAD_CALLS = [
     # (method, args, kwargs, exception class name, words in the message)
-    ("allreduce", (np.zeros(4, np.complex64),), {}, "TypeError", "unsupported dtype"),
-    ("allreduce", (np.zeros(4, bool),), {}, "TypeError", "unsupported dtype"),
+    ("allreduce", (np.zeros(4, np.complex64),), {"op": "prod"}, "ValueError", "sum and avg only"),
+    ("allreduce", (np.zeros(4, bool),), {}, "ValueError", "a sum or product of booleans"),
+    ("allreduce", (np.zeros(4, "<U3"),), {}, "TypeError", "unsupported dtype"),
     ("allreduce", (np.zeros(4, object),), {}, "TypeError", "unsupported dtype"),
     ("allreduce", (F32,), {"out": np.zeros(8, np.float64)}, "TypeError", "dtype"),
     ("allreduce", (F32,), {"out": np.zeros(9, np.float32)}, "ValueError", "shape"),
@@ -35,7 +36,8 @@ BAD_CALLS = [
     ("broadcast", (F32,), {"algo": "rhd"}, "ValueError", "unknown algorithm 'rhd' for broadcast"),
     ("reduce", (F32,), {"root": 5}, "ValueError", "out of range"),
     ("reduce", (F32,), {"op": "bxor"}, "ValueError", "not defined"),
-    ("reduce", (np.zeros(2, np.complex128),), {}, "TypeError", "unsupported dtype"),
+    ("reduce", (np.zeros(2, np.complex128),), {"op": "min"}, "ValueError", "not defined"),
+    ("reduce", (np.zeros(2, np.float32),), {"out": bytes(8)}, "ValueError", "read-only"),
     ("gather", (F32,), {"out": np.zeros((2, 9), np.float32)}, "ValueError", "shape"),
     ("gather", (F32,), {"root": 3}, "ValueError", "out of range"),
     ("scatter", (None,), {}, "ValueError", "must pass out"),

@@ -13,35 +13,18 @@ import pytest
 import nonblocking_workers as nb
 import shmcoll
 from procs import cleaned_up, rank_env, spawn
-from reference import bitwise_equal, expected_result
+from reference import assert_cases_match, case_grid
 from shmcoll._core import segment
 from test_collectives import LONG, algos, roots
-from shmcoll.collectives import NAMES, REDUCING, ROOTED
+from shmcoll.collectives import ROOTED
 
 
 def async_cases(P):
     """Every collective x algorithm x root, in place and not, a few dtypes and ops,
     small and multi-chunk sizes, and the zero-size call."""
-    cases = []
-    for coll in NAMES:
-        for algo in algos(coll):
-            for root in (roots(P) if coll in ROOTED else [0]):
-                for dt, op in (("float32", "sum"), ("int16", "max"), ("float16", "avg"),
-                               ("uint8", "bxor")):
-                    if coll not in REDUCING and op != "sum":
-                        continue
-                    for n in (0, 5, LONG):
-                        shape = (P * max(n // P, 1 if n else 0),) if coll == "reduce_scatter" \
-                            else (n,)
-                        for inplace in (False, True):
-                            cases.append((coll, shape, dt, op, inplace, algo, 3, root))
-    return cases
-
-
-def assert_cases_match(cases, got, P):
-    wrong = [(case, rank) for i, case in enumerate(cases) for rank in range(P)
-             if not bitwise_equal(got[rank][i], expected_result(case, P, rank))]
-    assert not wrong, f"{len(wrong)} wrong of {len(cases) * P}: {wrong[:5]}"
+    return case_grid(P, (("float32", "sum"), ("int16", "max"), ("float16", "avg"),
+                         ("uint8", "bxor")), [(0,), (5,), (LONG,)], 3, algos,
+                     lambda coll: roots(P) if coll in ROOTED else [0])
 
 
 @pytest.mark.parametrize("P", [1, 2, 3, 4])

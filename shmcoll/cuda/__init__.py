@@ -1,23 +1,14 @@
 """The GPU path: collectives on device arrays of ranks on one node, through CUDA IPC
 buffers, with the shared-memory engine as the control plane.
 
-Communicator methods send any array exposing ``__cuda_array_interface__`` (CuPy's,
-or another library's) here and numpy arrays to the CPU engine.  Nothing here
+Communicator methods send arrays in GPU memory here (CuPy's, CUDA tensors, anything
+whose DLPack device is a GPU or whose ``__cuda_array_interface__`` can be read; see
+shmcoll.arrays) and host memory to the CPU engine.  Nothing here
 imports CuPy until a device array arrives (``pip install 'shmcoll[cuda]'``).
 """
-import numpy as np
+from shmcoll.arrays import is_device_array
 
-_NDARRAY = np.ndarray
-
-
-_CAI = "__cuda_array_interface__"
-
-
-def is_device_array(x):
-    """True for arrays in GPU memory (they expose __cuda_array_interface__).  Looked
-    up on the type first: on an instance, hasattr would compute the interface."""
-    return type(x) is not _NDARRAY and x is not None and (
-        hasattr(type(x), _CAI) or _CAI in getattr(x, "__dict__", ()))
+__all__ = ["is_device_array", "array_converters"]
 
 
 def array_converters():
