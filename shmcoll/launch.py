@@ -6,6 +6,7 @@ failure (an exception or a death) aborts the job naming that rank, so the others
 waiting at once; after a short grace period every rank still running is killed, the
 name is unlinked, and a LaunchError names each failed rank with its traceback or signal.
 """
+import contextlib
 import multiprocessing as mp
 import os
 import signal
@@ -20,17 +21,24 @@ from shmcoll.errors import JobAbortedError, LaunchError, PeerLostError
 from shmcoll.tuning import selector
 
 _GRACE_S = 2.0
+# The thread pools of numpy's BLAS and of OpenMP code: each starts one thread per CPU
+# unless told otherwise, so N ranks would run N x CPUs threads on CPUs cores.
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+_said_threads = False
 
 
 def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (),
-           timeout: Optional[float] = None, bind: Optional[str] = None) -> List[Any]:
+           timeout: Optional[float] = None, bind: Optional[str] = None,
+           threads: Optional[int] = None) -> List[Any]:
     """Start `nprocs` ranks, call ``fn(comm, *args)`` in each; return results in rank order.
 
     `fn` and `args` must be picklable (the spawn start method is used).  `timeout`
     bounds every wait inside a collective (default SHMCOLL_TIMEOUT).  `bind` pins the
     ranks: "core" (one CPU each), "llc" (the CPUs of a last-level-cache group) or "numa"
     (a NUMA node), in topology order so that rank neighbours share caches
-    (shmcoll._core.topology); None leaves placement to the scheduler.
+    (shmcoll._core.topology); None leaves placement to the scheduler.  `threads` is each
+    rank's OMP_NUM_THREADS, OPENBLAS_NUM_THREADS and MKL_NUM_THREADS; by default they
+    are max(1, usable CPUs // nprocs) unless the caller's environment sets any of them.
     """
     nprocs = int(nprocs)
     if nprocs < 1:
@@ -41,26 +49,69 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (),
         places = topology.placement(topology.discover(), nprocs, bind)
     params = EngineParams.from_env(nprocs, timeout)
     selector.parse_overrides(get("SHMCOLL_ALGO"))     # a bad value fails here, not in N ranks
+    thread_env = thread_environment(nprocs, threads)
     name, token = segment.launch_identity()
     seg = segment.create(name, nprocs, params, token)
     ctx = mp.get_context("spawn")
     procs, conns = [], []
     try:
-        for rank in range(nprocs):
-            reader, writer = ctx.Pipe(duplex=False)
-            proc = ctx.Process(target=_rank_main, name=f"shmcoll-rank-{rank}",
-                               args=(fn, args, rank, nprocs, name, token, params, writer,
-                                     places[rank], os.getpid()))
-            proc.start()
-            writer.close()
-            procs.append(proc)
-            conns.append(reader)
+        with _environment(thread_env):
+            _start(ctx, procs, conns, fn, args, nprocs, name, token, params, places)
         return _collect(procs, conns, seg)
     finally:
         _stop(procs)
         segment.unlink(name)
         for c in conns:
             c.close()
+
+
+def thread_environment(nprocs, threads=None):
+    """{variable: value} of the thread pools each of `nprocs` ranks gets: `threads`
+    when given, else max(1, usable CPUs // nprocs) unless the caller set any of
+    THREAD_VARIABLES (then none is touched).  Says once what it chose."""
+    global _said_threads
+    if threads is None:
+        if any(os.environ.get(v) for v in THREAD_VARIABLES):
+            return {}
+        from shmcoll._core.topology import usable_cpus
+        cpus = usable_cpus()
+        threads = max(1, cpus // nprocs)
+        if not _said_threads and threads < cpus:
+            _said_threads = True
+            print(f"shmcoll: each of the {nprocs} ranks runs {threads} BLAS/OpenMP thread(s) "
+                  f"({cpus} usable CPUs); set OMP_NUM_THREADS or pass threads= to choose",
+                  file=sys.stderr)
+    if isinstance(threads, bool) or int(threads) != threads or threads < 1:
+        raise ValueError(f"threads must be a positive integer, got {threads!r}")
+    return {v: str(int(threads)) for v in THREAD_VARIABLES}
+
+
+@contextlib.contextmanager
+def _environment(values):
+    """os.environ with `values` while the ranks start (they inherit it), then restored."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _start(ctx, procs, conns, fn, args, nprocs, name, token, params, places):
+    """Start the ranks, each with a pipe for its one result message."""
+    for rank in range(nprocs):
+        reader, writer = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_rank_main, name=f"shmcoll-rank-{rank}",
+                           args=(fn, args, rank, nprocs, name, token, params, writer,
+                                 places[rank], os.getpid()))
+        proc.start()
+        writer.close()
+        procs.append(proc)
+        conns.append(reader)
 
 
 def _collect(procs, conns, seg):

@@ -82,3 +82,30 @@ def test_algorithm_override_from_the_environment(monkeypatch):
     monkeypatch.setenv("SHMCOLL_ALGO", "allreduce:bogus")
     with pytest.raises(ValueError, match="bogus"):
         shmcoll.launch(rank_and_size, 2)
+
+
+@pytest.fixture
+def no_thread_settings(monkeypatch):
+    from shmcoll.launch import THREAD_VARIABLES
+    for name in THREAD_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_ranks_share_the_cpus_between_their_thread_pools(no_thread_settings):
+    from shmcoll._core.topology import usable_cpus
+    from workers import thread_pools
+    P = 4
+    each = max(1, usable_cpus() // P)
+    for omp, blas in shmcoll.launch(thread_pools, P):
+        assert omp == str(each)
+        assert blas in (None, each), "numpy's OpenBLAS runs more threads than it was given"
+
+
+def test_thread_settings_of_the_caller_are_kept(no_thread_settings, monkeypatch):
+    from workers import thread_pools
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert [omp for omp, _ in shmcoll.launch(thread_pools, 3)] == ["2"] * 3
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert [omp for omp, _ in shmcoll.launch(thread_pools, 2, threads=1)] == ["1"] * 2
+    with pytest.raises(ValueError, match="threads must be a positive integer"):
+        shmcoll.launch(thread_pools, 2, threads=0)

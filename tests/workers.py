@@ -654,3 +654,19 @@ def late_allreduce(comm, late, seconds, flags=()):
     if flags:
         open(flags[comm.rank], "w").close()
     return outcome
+
+
+def thread_pools(comm):
+    """This rank's OMP_NUM_THREADS and the thread count of numpy's OpenBLAS, read from
+    the library itself (as threadpoolctl does)."""
+    import ctypes
+    with open("/proc/self/maps") as f:
+        libs = sorted({line.split()[-1] for line in f if "openblas" in line.lower()})
+    blas = None
+    for path in libs:
+        lib = ctypes.CDLL(path)
+        for symbol in ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_",
+                       "openblas_get_num_threads"):
+            if hasattr(lib, symbol):
+                blas = getattr(lib, symbol)()
+    return os.environ.get("OMP_NUM_THREADS"), blas
