@@ -9,6 +9,7 @@ name is unlinked, and a LaunchError names each failed rank with its traceback or
 import contextlib
 import multiprocessing as mp
 import os
+import pickle
 import signal
 import sys
 import traceback
@@ -43,6 +44,7 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (),
     nprocs = int(nprocs)
     if nprocs < 1:
         raise ValueError(f"nprocs must be >= 1, got {nprocs}")
+    _check_sendable(fn, args)
     places = [None] * nprocs
     if bind is not None:
         from shmcoll._core import topology
@@ -63,6 +65,25 @@ def launch(fn: Callable[..., Any], nprocs: int, args: Sequence[Any] = (),
         segment.unlink(name)
         for c in conns:
             c.close()
+
+
+def _check_sendable(fn, args):
+    """Ranks are new Python processes (spawn): they import `fn` by its module and name.
+    A function they could not import is refused here, before any rank starts, instead
+    of every rank dying with the reason only on its stderr."""
+    name = getattr(fn, "__qualname__", repr(fn))
+    main = sys.modules.get("__main__")
+    if getattr(fn, "__module__", None) == "__main__" and not getattr(main, "__file__", None):
+        raise ValueError(
+            f"launch({name}): {name} is defined in an interactive session (a REPL, a "
+            f"notebook or python -c), which the ranks, new processes that import it by "
+            f"name, cannot import; define it in a module or a script file and import it")
+    try:
+        pickle.dumps(fn)
+    except Exception as e:  # noqa: BLE001 - any pickling failure means the same here
+        raise TypeError(f"launch({name}): the function must be picklable by reference (a "
+                        f"module-level function, not a lambda or a nested function): "
+                        f"{e}") from None
 
 
 def thread_environment(nprocs, threads=None):

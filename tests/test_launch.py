@@ -109,3 +109,17 @@ def test_thread_settings_of_the_caller_are_kept(no_thread_settings, monkeypatch)
     assert [omp for omp, _ in shmcoll.launch(thread_pools, 2, threads=1)] == ["1"] * 2
     with pytest.raises(ValueError, match="threads must be a positive integer"):
         shmcoll.launch(thread_pools, 2, threads=0)
+
+
+def test_a_function_the_ranks_cannot_import_is_refused_before_they_start():
+    from procs import run
+    done = run("-c", "import shmcoll\ndef work(comm):\n    return 1\nshmcoll.launch(work, 2)")
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("ValueError: launch(work)") and "interactive session" in last
+    assert "rank 0" not in done.stderr        # refused in the caller: no rank ran
+
+    def nested(comm):
+        return 1
+    with pytest.raises(TypeError, match="picklable by reference"):
+        shmcoll.launch(nested, 2)
