@@ -6,10 +6,10 @@ it.  So an object is on the device when its DLPack device says so, or, without
 DLPack, when reading its CUDA array interface works; everything else is host memory
 and reaches the CPU engine as a numpy view of the same memory (no copy):
 
-  * DLPack producers (torch, JAX, CuPy's host arrays, numpy itself) through
-    ``np.from_dlpack``; torch's bfloat16, which DLPack cannot carry to numpy, as its
+  * torch tensors through their ``numpy()`` view; bfloat16, which numpy lacks, as its
     bits (int16) viewed as ml_dtypes.bfloat16; a tensor that requires grad through
     ``detach()`` (same memory), one with the conjugate bit through its resolved copy;
+  * other DLPack producers (JAX CPU arrays…) through ``np.from_dlpack``;
   * the buffer protocol (memoryview, bytearray, array.array) and
     ``__array_interface__`` through ``np.asarray``.
 
