@@ -505,7 +505,7 @@ cdef class Engine:
     cdef dict _codes            # the decider's: collective code -> {size key: schedule}
     cdef double _timeout
     cdef size_t _channel_bytes
-    cdef uint64_t _progress_spin_ns  # busy-polling of the progress thread and its waiters
+    cdef uint64_t _spin_ns      # the parameters' busy-polling (see _submit for the thread's)
     cdef int _active            # a call is inside C
     cdef unsigned long _owner   # the thread of that call
     cdef int _close_pending     # close() came from that thread: detach when it leaves
@@ -536,9 +536,7 @@ cdef class Engine:
         self.completed_attach = last
         self._timeout = p.timeout_s
         self._channel_bytes = sc_channel_bytes(p.slot_bytes, p.nslots)
-        # Nonblocking calls add a thread per rank: spin only if each has a core.
-        from shmcoll._core.topology import usable_cpus
-        self._progress_spin_ns = p.spin_ns if 2 * world <= usable_cpus() else 0
+        self._spin_ns = p.spin_ns
         self.closed_reason = "the communicator is closed"
         self._works = collections.deque()
 
@@ -723,7 +721,10 @@ cdef class Engine:
         if self._active:
             raise self._concurrent()
         if self.progress == NULL:
-            self.progress = sc_progress_start(self.c, self._progress_spin_ns, &err)
+            # Nonblocking calls add a thread per rank: it spins only if each has a core.
+            from shmcoll._core.topology import usable_cpus
+            spin = self._spin_ns if 2 * self.world_size <= usable_cpus() else 0
+            self.progress = sc_progress_start(self.c, spin, &err)
             if self.progress == NULL:
                 raise OutOfMemoryError(f"rank {self.rank}: cannot start the progress thread "
                                        f"of nonblocking calls: {os.strerror(err)}")
@@ -736,17 +737,10 @@ cdef class Engine:
         return w
 
     cdef int _drain(self) except -1:
-        """Wait (GIL released, signal handlers run) until every work submitted so far
-        completed, and settle them.  Each work's own waits have the timeout."""
-        cdef int st
-        cdef uint64_t last = self._last_ticket
-        if self.progress == NULL:
-            return 0
-        with nogil:
-            st = sc_progress_wait(self.progress, last, INFINITY, _interrupted)
-        if st == SC_EINTR:
-            return -1
-        self._resolve()
+        """Wait until every work submitted so far completed, and settle them.  Each
+        work's own waits have the timeout."""
+        if self.progress != NULL:
+            self._await(self._last_ticket, INFINITY)
         return 0
 
     cdef int _resolve(self) except -1:
@@ -784,14 +778,14 @@ cdef class Engine:
             self._broken_by = f"{type(err).__name__}: {err}"
         return err
 
-    cdef int _await(self, Work w, double timeout) except -1:
-        """Wait (GIL released) up to `timeout` seconds for w; 1 if it completed."""
+    cdef int _await(self, uint64_t ticket, double timeout) except -1:
+        """Wait (GIL released, signal handlers run) up to `timeout` seconds for work
+        `ticket`, then settle what completed; 1 if that work did."""
         cdef int st
-        cdef uint64_t ticket = w.w.ticket
         with nogil:
             st = sc_progress_wait(self.progress, ticket, timeout, _interrupted)
         if st == SC_EINTR:
-            return -1
+            return -1       # the handler's exception (KeyboardInterrupt...) is pending
         self._resolve()
         return st == SC_OK
 

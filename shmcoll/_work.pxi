@@ -42,7 +42,7 @@ cdef class Work:
                 limit = timeout
                 if not limit >= 0:
                     raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout!r}")
-            if not engine._await(self, limit) and not self.settled:
+            if not engine._await(self.w.ticket, limit) and not self.settled:
                 raise ShmTimeoutError(
                     f"{self.collective} on rank {engine.rank} is still running after "
                     f"wait(timeout={timeout!r}); it stays outstanding (wait again)", [])

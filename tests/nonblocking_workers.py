@@ -203,3 +203,54 @@ def cupy_async_allreduce(comm):
     y = work.wait()
     P = comm.world_size
     return bool(work.is_completed()) and bool((y == P * (P + 1) // 2).all())
+
+
+def two_threads_issue_and_wait(comm, n):
+    """Two threads issue n identical allreduces each at once (the progress thread
+    started by whichever comes first), then each waits for the other's works.  Every
+    result must be right; the calls pair up across ranks in whatever order they were
+    queued, which is why they are identical."""
+    import threading
+    works = {0: [], 1: []}
+    go = threading.Barrier(2)
+
+    def issue(k):
+        go.wait()
+        for _ in range(n):
+            works[k].append(comm.allreduce(np.ones(1000, np.float32), async_op=True))
+
+    def wait_for(k, box):
+        box[k] = [float(w.wait()[0]) for w in works[1 - k]]
+
+    for target, boxes in ((issue, None), (wait_for, {})):
+        threads = [threading.Thread(target=target, args=(k,) if boxes is None else (k, boxes))
+                   for k in (0, 1)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    return boxes[0] + boxes[1]
+
+
+class _Alarm(Exception):
+    pass
+
+
+def signal_during_wait(comm, flag):
+    """A signal handler that raises ends rank 0's wait() (the call stays queued); rank 1
+    joins the call only after that, and a second wait() gets the result."""
+    import signal
+    x = np.ones(8, np.float32)
+    if comm.rank != 0:
+        _wait_for_file(flag)
+        return comm.allreduce(x).tolist()
+
+    def handler(*_):
+        raise _Alarm()
+    signal.signal(signal.SIGALRM, handler)
+    work = comm.allreduce(x, async_op=True)
+    signal.setitimer(signal.ITIMER_REAL, 0.2)
+    interrupted = _outcome(work.wait)[0]
+    still_running = not work.is_completed()
+    open(flag, "w").close()
+    return interrupted, still_running, work.wait().tolist()

@@ -142,3 +142,15 @@ def test_a_rank_exiting_without_waiting_completes_its_works_first():
         assert [o[0].strip() for o in outs[1:]] == ["correct", "correct"], outs
         assert not any("Traceback" in err or "Fatal" in err for _, err in outs), outs
         assert segment.open_existing(name) is None
+
+
+def test_two_threads_race_to_issue_and_wait_for_each_others_works():
+    for values in shmcoll.launch(nb.two_threads_issue_and_wait, 3, args=(40,)):
+        assert values == [3.0] * 80
+
+
+def test_a_signal_handler_that_raises_ends_wait_but_not_the_call(tmp_path):
+    (interrupted, still_running, result), peer = shmcoll.launch(
+        nb.signal_during_wait, 2, args=(str(tmp_path / "go"),))
+    assert interrupted == "_Alarm" and still_running
+    assert result == peer == [2.0] * 8
