@@ -309,7 +309,14 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, job: Opti
     if rank is None or world_size is None or job is None:
         raise ValueError("init() needs rank, world_size and job (or SHMCOLL_RANK, "
                          "SHMCOLL_WORLD_SIZE and SHMCOLL_JOB)")
-    rank, world_size, job = int(rank), int(world_size), str(job)
+    return join(int(rank), int(world_size), str(job), segment.launch_instance(), timeout,
+                bind)
+
+
+def join(rank: int, world_size: int, job: str, instance: Optional[str],
+         timeout: Optional[float] = None, bind: Optional[str] = None) -> Communicator:
+    """init() with every argument given: `instance` is the launch's id (None: none,
+    so a formed job keeps its name visible SHMCOLL_JOIN_GRACE seconds, see init)."""
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     if not 0 <= rank < world_size:
@@ -320,7 +327,6 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, job: Opti
     if bind is not None:
         from shmcoll._core import topology
         topology.bind_self(topology.placement(topology.discover(), world_size, bind)[rank])
-    instance = segment.launch_instance()
     name, token = segment.job_identity(job, instance)
     grace = 0.0 if instance is not None or world_size == 1 else get("SHMCOLL_JOIN_GRACE")
     if rank == 0:
