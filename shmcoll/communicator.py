@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional, Union
 import numpy as np
 
 from shmcoll import _engine
-from shmcoll._core import segment
+from shmcoll._core import launchers, segment
 from shmcoll._core.settings import EngineParams, get
 from shmcoll import arrays
 from shmcoll.arrays import is_device_array
@@ -295,9 +295,12 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, job: Opti
          timeout: Optional[float] = None, bind: Optional[str] = None) -> Communicator:
     """Join a job by name, for processes started by anything else.
 
-    Defaults come from SHMCOLL_RANK, SHMCOLL_WORLD_SIZE and SHMCOLL_JOB.  All
-    processes passing the same job name (and launch instance, SHMCOLL_JOB_INSTANCE or
-    the launcher's id) form one communicator; rank 0 creates the shared segment and
+    What is not passed comes from SHMCOLL_RANK, SHMCOLL_WORLD_SIZE and SHMCOLL_JOB,
+    else from the environment of the launcher that started the process (shmcoll run,
+    torchrun, Open MPI's mpirun, MPICH's mpiexec/PMI, Slurm's srun; the order and the
+    variables: shmcoll._core.launchers), whose job id names the job.  All processes
+    passing the same job name (and launch instance: the launcher's id or
+    SHMCOLL_JOB_INSTANCE) form one communicator; rank 0 creates the shared segment and
     the others wait for it (up to the timeout).  Without an instance id a formed job
     keeps its name visible SHMCOLL_JOIN_GRACE seconds before returning, so that two
     jobs started at once under one name are refused rather than mixed.  `bind` pins this
@@ -306,11 +309,21 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, job: Opti
     rank = get("SHMCOLL_RANK") if rank is None else rank
     world_size = get("SHMCOLL_WORLD_SIZE") if world_size is None else world_size
     job = get("SHMCOLL_JOB") if job is None else job
+    instance = segment.launch_instance()
     if rank is None or world_size is None or job is None:
-        raise ValueError("init() needs rank, world_size and job (or SHMCOLL_RANK, "
-                         "SHMCOLL_WORLD_SIZE and SHMCOLL_JOB)")
-    return join(int(rank), int(world_size), str(job), segment.launch_instance(), timeout,
-                bind)
+        launch = launchers.detect()
+        if launch is not None:
+            rank = launch.rank if rank is None else rank
+            world_size = launch.world_size if world_size is None else world_size
+            if job is None:
+                job, instance = launch.job, launch.instance
+            elif instance is None:
+                instance = launch.instance
+    if rank is None or world_size is None or job is None:
+        raise ValueError("init() needs rank, world_size and job: pass them, set "
+                         "SHMCOLL_RANK, SHMCOLL_WORLD_SIZE and SHMCOLL_JOB, or start the "
+                         "processes with a launcher (shmcoll run, torchrun, mpirun, srun)")
+    return join(int(rank), int(world_size), str(job), instance, timeout, bind)
 
 
 def join(rank: int, world_size: int, job: str, instance: Optional[str],

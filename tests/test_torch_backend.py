@@ -116,13 +116,14 @@ def test_ddp_trains_like_one_process_on_the_full_batch(pools, P, micro, static_g
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
 
 
-def test_torchrun_starts_the_backend():
+def test_torchrun_starts_the_backend_and_ddp_trains():
     res = procs.run("-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                     "torchrun_rank.py", timeout=180)
     assert res.returncode == 0, res.stderr[-3000:]
     # (the ranks share one stdout: their lines may run together)
-    lines = sorted(re.findall(r"rank \d of \d: \w+ sum \[[^]]*\]", res.stdout))
-    assert lines == [f"rank {r} of 2: shmcoll sum [3.0, 3.0, 3.0, 3.0]" for r in range(2)]
+    lines = sorted(re.findall(r"rank \d of \d: .* equal \w+", res.stdout))
+    assert lines == [f"rank {r} of 2: shmcoll sum [3.0, 3.0, 3.0, 3.0] replicas equal True"
+                     for r in range(2)]
 
 
 # -- in this process -----------------------------------------------------------------

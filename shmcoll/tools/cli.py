@@ -11,6 +11,7 @@ SUBCOMMANDS = {     # name -> module
     "calibrate": "shmcoll.tools.calibrate",
     "simulate": "shmcoll.tools.simulate",
     "info": "shmcoll.tools.info",
+    "run": "shmcoll.tools.run",
 }
 
 
