@@ -6,14 +6,14 @@ import operator
 import os
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Literal, Optional, Union
+from typing import TYPE_CHECKING, Any, List, Literal, Optional, Sequence, Union
 
 import numpy as np
 
 from shmcoll import _engine
 from shmcoll._core import launchers, segment
 from shmcoll._core.settings import EngineParams, get
-from shmcoll import arrays
+from shmcoll import arrays, ragged
 from shmcoll.arrays import is_device_array
 from shmcoll.errors import SegmentError
 from shmcoll.ops import OP_CODES, op_code
@@ -155,9 +155,16 @@ class Communicator:
                          async_op)
 
     def reduce_scatter(self, x: Array, out: Optional[Array] = None, op: Op = "sum",
-                       algo: Optional[str] = None, async_op: bool = False) -> Union[Array, Work]:
+                       algo: Optional[str] = None, async_op: bool = False,
+                       counts: Optional[Sequence[int]] = None) -> Union[Array, Work]:
         """Reduce x over all ranks; rank r gets rows [r*m, (r+1)*m) of the result,
-        where m = x.shape[0] // world_size (x.shape[0] must be divisible)."""
+        where m = x.shape[0] // world_size (x.shape[0] must be divisible).  With
+        `counts` (the same on every rank), blocks are uneven: rank r gets rows
+        [sum(counts[:r]), sum(counts[:r+1])) (a new array; see shmcoll.ragged)."""
+        if counts is not None:
+            if out is not None or async_op:
+                raise ValueError("reduce_scatter with counts takes neither out nor async_op")
+            return ragged.reduce_scatter_counts(self, arrays.as_numpy(x), counts, op, algo)
         if type(x) is _ND and (out is None or type(out) is _ND):
             return self._engine.reduce_scatter(x, out, _op(op), algo, async_op)
         return self._any("reduce_scatter", x, out, (_op(op), algo), async_op)
@@ -209,6 +216,41 @@ class Communicator:
         oa = arrays.as_out(out)
         got = getattr(self._engine, name)(xa, oa, *args, async_op)
         return arrays.in_kind_of(got, async_op, x, xa, out, oa)
+
+    # -- uneven blocks and Python objects (shmcoll.ragged: compositions of the above) --
+    def allgatherv(self, x: Array) -> np.ndarray:
+        """Every rank gets the concatenation, in rank order, of every rank's x, whose
+        first dimensions may differ (the others must agree)."""
+        return ragged.allgatherv(self, arrays.as_numpy(x))
+
+    def gatherv(self, x: Array, root: int = 0) -> Optional[np.ndarray]:
+        """allgatherv's concatenation on `root`; None elsewhere."""
+        return ragged.gatherv(self, arrays.as_numpy(x), _root(root, self.world_size))
+
+    def scatterv(self, x: Optional[Array], counts: Optional[Sequence[int]] = None,
+                 root: int = 0) -> np.ndarray:
+        """Rank r gets rows [sum(counts[:r]), sum(counts[:r+1])) of the root's x (x and
+        counts are read on the root only)."""
+        root = _root(root, self.world_size)
+        x = arrays.as_numpy(x) if self.rank == root else None
+        return ragged.scatterv(self, x, counts, root)
+
+    def broadcast_object(self, obj: Any, root: int = 0) -> Any:
+        """The root's picklable object on every rank (unpickling runs code the root
+        sent: for the ranks of one job, which trust each other)."""
+        return ragged.broadcast_object(self, obj, _root(root, self.world_size))
+
+    def allgather_object(self, obj: Any) -> List[Any]:
+        """Every rank's object, in rank order, on every rank."""
+        return ragged.allgather_object(self, obj)
+
+    def gather_object(self, obj: Any, root: int = 0) -> Optional[List[Any]]:
+        """Every rank's object, in rank order, on `root`; None elsewhere."""
+        return ragged.gather_object(self, obj, _root(root, self.world_size))
+
+    def scatter_object(self, objs: Optional[Sequence[Any]], root: int = 0) -> Any:
+        """objs[r] of the root's sequence on rank r (objs is read on the root only)."""
+        return ragged.scatter_object(self, objs, _root(root, self.world_size))
 
     def barrier(self, async_op: bool = False) -> Optional[Work]:
         """Return once every rank has entered the barrier (async_op: a Work that

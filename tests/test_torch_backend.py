@@ -4,6 +4,7 @@ against single-process training; torchrun; what is refused and how."""
 import datetime
 import os
 import re
+import socket
 import tempfile
 
 import numpy as np
@@ -201,6 +202,20 @@ def test_init_strings():
     assert devices.named_backends("shmcoll") == {}
     assert devices.named_backends(" cpu : shmcoll , cuda:NCCL") == {"cpu": "shmcoll",
                                                                    "cuda": "nccl"}
+
+
+def test_tcp_rendezvous():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    res = procs.run("-c", (
+        "import torch, torch.distributed as dist, shmcoll.torch\n"
+        f"dist.init_process_group('shmcoll', init_method='tcp://127.0.0.1:{port}', "
+        "rank=0, world_size=1)\n"
+        "t = torch.ones(2); dist.all_reduce(t); print(dist.get_backend(), t.tolist())\n"
+        "dist.destroy_process_group()\n"), timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split() == ["shmcoll", "[1.0,", "1.0]"]
 
 
 def test_mixed_init_string_creates_the_group(tmp_path):
