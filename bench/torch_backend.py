@@ -10,9 +10,10 @@ the mean of back-to-back calls on rank 0 after a barrier, algbw = bytes / time, 
 = algbw x the collective's bus factor.
 
 ddp: a DistributedDataParallel training step of an MLP (12.6 M parameters, batch 8
-per rank, SGD), allreduce-bound on a CPU: the median step, the median step under
-no_sync() (the same step without communication), and the share of the step the
-communication costs, (step - no_sync) / step.  Every run also checks that the ranks'
+per rank, SGD) or, with --model recommender, of an embedding-bag model (12.8 M
+parameters, dense gradients: little computation per byte moved): the median step,
+the median step under no_sync() (the same step without communication), and the share
+of the step the communication costs, (step - no_sync) / step.  Every run also checks that the ranks'
 parameters end bitwise equal and reports the largest difference between the
 backends' loss curves (same data, same seed).
 
@@ -99,19 +100,36 @@ def _collectives_rank(rank, world, backend, store_path, collective, sizes, queue
     dist.destroy_process_group()
 
 
-def _mlp(torch):
+def _model(torch, kind):
+    """(model, input of one step of `batch` rows): an MLP of 12.6 M parameters, or a
+    recommender-style one of 12.8 M whose dense embedding gradients make every step
+    move 51 MB for little computation."""
     torch.manual_seed(0)
     nn = torch.nn
-    return nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 2048), nn.ReLU(),
-                         nn.Linear(2048, 10))
+    if kind == "mlp":
+        return (nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 2048),
+                              nn.ReLU(), nn.Linear(2048, 10)),
+                lambda g, steps, batch: torch.randn(steps, batch, 1024, generator=g))
+
+    class Recommender(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.items = nn.EmbeddingBag(200_000, 64, mode="sum")
+            self.head = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+
+        def forward(self, ids):
+            return self.head(self.items(ids))
+    return (Recommender(),
+            lambda g, steps, batch: torch.randint(0, 200_000, (steps, batch, 16), generator=g))
 
 
-def _ddp_rank(rank, world, backend, store_path, steps, batch, queue):
+def _ddp_rank(rank, world, backend, store_path, steps, batch, kind, queue):
     torch, dist = _init(backend, store_path, rank, world)
-    model = torch.nn.parallel.DistributedDataParallel(_mlp(torch))
+    module, inputs = _model(torch, kind)
+    model = torch.nn.parallel.DistributedDataParallel(module)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     data = torch.Generator().manual_seed(1 + rank)
-    x = torch.randn(steps, batch, 1024, generator=data)
+    x = inputs(data, steps, batch)
     y = torch.randint(0, 10, (steps, batch), generator=data)
 
     def step(i):
@@ -215,9 +233,10 @@ def ddp(opts):
         runs = {b: [] for b in opts.backends}
         for _ in range(opts.repeats):
             for backend in opts.backends:
-                runs[backend].append(_run(_ddp_rank, world, backend, opts.steps, opts.batch))
+                runs[backend].append(_run(_ddp_rank, world, backend, opts.steps, opts.batch,
+                                          opts.model))
         first = runs[opts.backends[0]][0]
-        print(f"\n# DDP step, MLP of {first['params'] / 1e6:.1f} M parameters, batch "
+        print(f"\n# DDP step, {opts.model} of {first['params'] / 1e6:.1f} M parameters, batch "
               f"{opts.batch} per rank, P={world}: medians over {opts.repeats} runs")
         print(f"{'backend':>8} {'step ms':>8} {'no_sync ms':>10} {'comm share':>10} "
               f"{'replicas equal':>14} {'loss diff vs ' + opts.backends[0]:>18}")
@@ -231,7 +250,7 @@ def ddp(opts):
                   f"{diff:18.2e}")
             rows.append({"world": world, "backend": b, "step_ms": step, "nosync_ms": nosync,
                          "comm_share": share, "replicas_equal": equal, "loss_diff": diff,
-                         "params": first["params"]})
+                         "params": first["params"], "model": opts.model})
         base = statistics.median(r["step_s"] for r in runs[opts.backends[0]])
         last = statistics.median(r["step_s"] for r in runs[opts.backends[-1]])
         print(f"step time {opts.backends[0]} / {opts.backends[-1]}: {base / last:.2f}x")
@@ -248,6 +267,7 @@ def main(argv=None):
                     default=["8", "1K", "32K", "256K", "1M", "4M", "16M", "64M"])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--model", choices=["mlp", "recommender"], default="mlp")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", help="write the rows here")
     opts = ap.parse_args(argv)
