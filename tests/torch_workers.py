@@ -193,8 +193,9 @@ def subgroup(comm, store_path):
 
 
 def broken_group(comm, store_path):
-    """A group whose ranks disagree (shapes differ): the async call's wait() and its
-    future raise shmcoll's MismatchError; the default group is unaffected."""
+    """A group whose ranks disagree (shapes differ): the async call's wait() raises
+    shmcoll's MismatchError, a later call's future fails naming the error (torch's
+    futures raise a RuntimeError carrying it); the default group is unaffected."""
     import torch
     dist = group(comm, store_path)
     g = dist.new_group(list(range(comm.world_size)))
@@ -209,7 +210,7 @@ def broken_group(comm, store_path):
         dist.all_reduce(torch.ones(2), group=g, async_op=True).get_future().wait()
         later = None
     except Exception as e:  # noqa: BLE001 - reported
-        later = type(e).__name__
+        later = f"{type(e).__name__}: {e}"
     dist.destroy_process_group(g)
     t = torch.ones(2)
     dist.all_reduce(t)

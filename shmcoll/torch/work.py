@@ -8,7 +8,8 @@ step runs exactly once, in whichever thread first sees the calls complete.
 ``get_future()`` is what DDP and communication hooks wait on, from C++ and without
 calling back into this object; so a future is completed by a thread of its own (one
 per group, started at the first future still pending), which waits for the calls in
-the order they were issued (the order they complete in) and then sets the result.
+the order they were issued (the order they complete in) and then sets the result,
+or a real error (see _outcome).
 """
 import collections
 import datetime
@@ -67,10 +68,15 @@ class TorchWork(dist.Work):
 
     def _publish(self):
         """Hand the outcome to the future (on the completion thread or at get_future)."""
+        self._settled.set_result(None)
+
+    def _outcome(self, _):
+        """The future's value, or (raised here) its error: a future that C++ waits on
+        (DDP) must hold a real error, and Future.set_exception stores the exception as
+        the future's value instead, which DDP would read as a result."""
         if self._error is not None:
-            self._future.set_exception(self._error)
-        else:
-            self._future.set_result(self._outputs)
+            raise self._error
+        return self._outputs
 
     # -- torch's Work --------------------------------------------------------
     def wait(self, timeout=datetime.timedelta(0)):
@@ -106,7 +112,8 @@ class TorchWork(dist.Work):
 
     def get_future(self):
         if self._future is None:
-            self._future = torch.futures.Future()
+            self._settled = torch.futures.Future()
+            self._future = self._settled.then(self._outcome)
             if self.is_completed():
                 self._publish()
             else:
