@@ -40,6 +40,38 @@ def test_perf_rejects_bad_arguments():
     assert run_cli("perf", "allreduce", "-b", "12Q").returncode == 2
 
 
+def test_perf_sweeps_every_type_and_op_with_nccl_tests_names(tmp_path):
+    out = tmp_path / "rows.json"
+    res = run_cli("perf", "allreduce", "-np", "2", "-b", "64", "-e", "64", "-n", "2", "-w", "1",
+                  "-d", "all", "-o", "all", "--json", str(out))
+    assert res.returncode == 0, res.stderr
+    assert "0 OK" in res.stdout and "root" in res.stdout
+    rows = json.loads(out.read_text())
+    types = {r["dtype"] for r in rows}
+    assert {"int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "float32",
+            "float64"} <= types
+    assert {(r["dtype"], r["op"]) for r in rows} == {(t, o) for t in types
+                                                     for o in ("sum", "prod", "max", "min", "avg")}
+    assert all(r["root"] == -1 and r["count"] > 0 and r["wrong"] == 0 for r in rows)
+    for name in ("float", "half", "double", "int8", "uint64"):
+        assert f" {name} " in res.stdout
+    res = run_cli("perf", "gather", "-np", "3", "-r", "1", "-b", "96", "-e", "96", "-n", "2",
+                  "-d", "double")
+    row = [line for line in res.stdout.splitlines() if line.strip().startswith("96")][0]
+    assert row.split()[2:5] == ["double", "none", "1"]
+
+
+def test_perf_refuses_sizes_without_elements_and_says_its_version():
+    res = run_cli("perf", "allreduce", "-b", "2", "-e", "64", "-d", "float")
+    assert res.returncode == 2 and "holds no float" in res.stderr
+    res = run_cli("perf", "reduce_scatter", "-np", "3", "-b", "8", "-e", "64", "-d", "float")
+    assert res.returncode == 2 and "whole blocks of 3" in res.stderr
+    assert run_cli("perf", "allreduce", "-d", "quad").returncode == 2
+    from shmcoll import __version__
+    assert run_cli("perf", "--version").stdout.strip() == f"shmcoll perf {__version__}"
+    assert run_cli("--version").stdout.strip() == f"shmcoll {__version__}"
+
+
 def test_info_lists_every_setting():
     from shmcoll._core.settings import SETTINGS
     res = run_cli("info")

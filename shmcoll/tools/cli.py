@@ -24,6 +24,10 @@ def _usage():
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--version"]:
+        from shmcoll import __version__
+        print(f"shmcoll {__version__}")
+        return 0
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in SUBCOMMANDS:
         print(_usage())
         return 0 if argv and argv[0] in ("-h", "--help") else 2

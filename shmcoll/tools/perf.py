@@ -1,6 +1,10 @@
 """`shmcoll perf`: an nccl-tests style throughput tester.
 
-Conventions (nccl-tests): size is the bytes of the full vector (allreduce, reduce,
+Conventions (nccl-tests): columns size, count, type, redop, root (-1 for collectives
+without one), then time, algbw, busbw and #wrong out of place and in place; -d takes
+nccl-tests' type names (float, half, double, bfloat16, int8, ..., or all) as well as
+numpy's, -o all sweeps sum, prod, max, min and avg.  Size is the bytes of the full
+vector (allreduce, reduce,
 broadcast: x; reduce_scatter: x on each rank; allgather, gather: the gathered
 output; scatter: the root's x); time is the max over ranks of the mean per-call
 time; algbw = size / time; busbw = algbw x 2(P-1)/P for allreduce, x 1 for broadcast
@@ -34,6 +38,14 @@ class Row:
     algbw_GBs: float
     busbw_GBs: float
     wrong: int
+    root: int = -1
+
+
+# nccl-tests' names of types (-d), and the order of `-d all`; numpy's names work too.
+NCCL_TYPES = {"int8": "int8", "uint8": "uint8", "int32": "int32", "uint32": "uint32",
+              "int64": "int64", "uint64": "uint64", "half": "float16", "float": "float32",
+              "double": "float64", "bfloat16": "bfloat16"}
+ALL_OPS = ("sum", "prod", "max", "min", "avg")      # nccl-tests' -o all
 
 
 def run_size(comm, collective, nbytes, dtype, op, algo, iters, warmup, check, inplace, root=0,
@@ -48,10 +60,11 @@ def run_size(comm, collective, nbytes, dtype, op, algo, iters, warmup, check, in
     chosen = comm.algorithm_for(collective, case.nbytes, algo, device=device)
     return Row(collective, comm.world_size, case.nbytes, case.count, str(case.dtype),
                op if BY_NAME[collective].reducing else "none", chosen, inplace, seconds * 1e6,
-               algbw, algbw * bus_factor(collective, comm.world_size), wrong)
+               algbw, algbw * bus_factor(collective, comm.world_size), wrong,
+               root if collective in ROOTED else -1)
 
 
-TYPE_NAMES = {"float32": "float", "float64": "double", "float16": "half", "bfloat16": "bfloat16"}
+TYPE_NAMES = {numpy: nccl for nccl, numpy in NCCL_TYPES.items()}
 
 
 def header(opts, algo):
@@ -63,17 +76,18 @@ def header(opts, algo):
         f"dtype {opts.dtype}  op {opts.op}  algo {algo or 'auto'}{root}"
         f"{'  device cuda' if getattr(opts, 'device', 'cpu') == 'cuda' else ''}",
         "#",
-        f"# {'':>38}{'out-of-place':>27}{'in-place':>35}",
-        f"# {'size':>10} {'count':>12} {'type':>9} {'redop':>6} {'time':>9} {'algbw':>7} "
-        f"{'busbw':>7} {'#wrong':>6}  {'time':>9} {'algbw':>7} {'busbw':>7} {'#wrong':>6}  algorithm",
-        f"# {'(B)':>10} {'(elements)':>12} {'':>9} {'':>6} {'(us)':>9} {'(GB/s)':>7} "
+        f"# {'':>44}{'out-of-place':>27}{'in-place':>35}",
+        f"# {'size':>10} {'count':>12} {'type':>9} {'redop':>6} {'root':>5} {'time':>9} "
+        f"{'algbw':>7} {'busbw':>7} {'#wrong':>6}  {'time':>9} {'algbw':>7} {'busbw':>7} "
+        f"{'#wrong':>6}  algorithm",
+        f"# {'(B)':>10} {'(elements)':>12} {'':>9} {'':>6} {'':>5} {'(us)':>9} {'(GB/s)':>7} "
         f"{'(GB/s)':>7} {'':>6}  {'(us)':>9} {'(GB/s)':>7} {'(GB/s)':>7} {'':>6}",
     ])
 
 
 def format_row(oop, inp):
     t = TYPE_NAMES.get(oop.dtype, oop.dtype)
-    return (f"  {oop.size:>10} {oop.count:>12} {t:>9} {oop.op:>6} "
+    return (f"  {oop.size:>10} {oop.count:>12} {t:>9} {oop.op:>6} {oop.root:>5} "
             f"{oop.time_us:>9.2f} {oop.algbw_GBs:>7.2f} {oop.busbw_GBs:>7.2f} {oop.wrong:>6}  "
             f"{inp.time_us:>9.2f} {inp.algbw_GBs:>7.2f} {inp.busbw_GBs:>7.2f} {inp.wrong:>6}  {oop.algo}")
 
@@ -115,18 +129,20 @@ def sweep_worker(comm, opts):
         algos = list(VARIANTS[opts.collective])
     sizes = size_sweep(opts.minbytes, opts.maxbytes, opts.factor)
     rows, by_algo, lead = [], {}, comm.rank == 0
+    points = [(dtype, op, nbytes) for dtype in opts.dtypes for op in opts.ops
+              for nbytes in sizes]
     for algo in algos:
         if lead:
             print(header(opts, algo), flush=True)
         block = []
-        for k, nbytes in enumerate(sizes):
-            pair = [run_size(comm, opts.collective, nbytes, opts.dtype, opts.op, algo,
+        for k, (dtype, op, nbytes) in enumerate(points):
+            pair = [run_size(comm, opts.collective, nbytes, dtype, op, algo,
                              opts.iters, opts.warmup, opts.check, inplace, opts.root, device)
                     for inplace in (False, True)]
             block.extend(pair)
             if lead:
                 print(format_row(*pair), flush=True)
-                _progress(k + 1, len(sizes), algo or "auto")
+                _progress(k + 1, len(points), algo or "auto")
         if lead:
             print(footer(block), flush=True)
         rows.extend(block)
@@ -139,12 +155,18 @@ def sweep_worker(comm, opts):
 
 
 def _sized(comm, opts, nbytes):
-    """The size a sweep point really has (blocked collectives round to world blocks)."""
-    itemsize = np.dtype(opts.dtype).itemsize
-    count = nbytes // itemsize
-    if BY_NAME[opts.collective].blocked:
-        count -= count % comm.world_size
-    return count * itemsize
+    """The size a sweep point really has, for the first type swept."""
+    return elements(opts.collective, nbytes, opts.dtypes[0], comm.world_size) * \
+        np.dtype(opts.dtypes[0]).itemsize
+
+
+def elements(collective, nbytes, dtype, world):
+    """The elements a sweep point of nbytes holds (blocked collectives round down to
+    whole blocks of the world size)."""
+    count = nbytes // np.dtype(dtype).itemsize
+    if BY_NAME[collective].blocked:
+        count -= count % world
+    return count
 
 
 def run(opts):
@@ -171,8 +193,11 @@ def add_arguments(p):
     p.add_argument("-f", "--stepfactor", dest="factor", type=float, default=2.0)
     p.add_argument("-n", "--iters", type=int, default=0, help="timed calls per size (0: auto)")
     p.add_argument("-w", "--warmup", type=int, default=-1, help="untimed calls first (-1: auto)")
-    p.add_argument("-d", "--datatype", dest="dtype", default="float32")
-    p.add_argument("-o", "--op", default="sum", choices=[m.value for m in ReduceOp])
+    p.add_argument("-d", "--datatype", dest="dtype", default="float",
+                   help="float, half, double, bfloat16, int8, uint8, int32, uint32, int64, "
+                        "uint64 (nccl-tests' names), numpy's names, or all")
+    p.add_argument("-o", "--op", default="sum", choices=[m.value for m in ReduceOp] + ["all"],
+                   help="reduction op of reducing collectives; all: sum prod max min avg")
     p.add_argument("--algo", default=None,
                    help="NAME (force it), auto (the cost model, default) or all (one block per "
                         "algorithm, fastest marked)")
@@ -186,18 +211,57 @@ def add_arguments(p):
                    help="cuda: time device arrays through the CUDA IPC path (needs CuPy)")
     p.add_argument("-c", "--check", type=int, choices=(0, 1), default=1)
     p.add_argument("--json", default=None, metavar="FILE", help="also write the rows as JSON")
+    from shmcoll import __version__
+    p.add_argument("--version", action="version", version=f"shmcoll perf {__version__}")
+
+
+def _types(parser, name):
+    """The numpy dtype names -d names (nccl-tests' or numpy's; all)."""
+    from shmcoll import _engine
+    if name == "all":
+        names = list(NCCL_TYPES.values()) + [t for t in _engine.SUPPORTED_DTYPES
+                                            if t not in NCCL_TYPES.values()]
+        if "bfloat16" in names:
+            try:
+                import ml_dtypes  # noqa: F401
+            except ImportError:
+                names.remove("bfloat16")
+        return names
+    numpy_name = NCCL_TYPES.get(name, name)
+    if numpy_name not in _engine.SUPPORTED_DTYPES:
+        parser.error(f"unsupported type {name}; supported: {', '.join(NCCL_TYPES)}, all "
+                     f"(or numpy's names: {', '.join(_engine.SUPPORTED_DTYPES)})")
+    return [numpy_name]
+
+
+def _as_dtype(name):
+    if name == "bfloat16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    return name
 
 
 def validate(parser, opts):
-    from shmcoll import _engine
     if opts.np < 1:
         parser.error("-np must be >= 1")
-    if opts.dtype not in _engine.SUPPORTED_DTYPES:
-        parser.error(f"unsupported dtype {opts.dtype}; supported: {', '.join(_engine.SUPPORTED_DTYPES)}")
+    opts.dtypes = _types(parser, opts.dtype)
+    opts.ops = list(ALL_OPS) if opts.op == "all" else [opts.op]
+    if not BY_NAME[opts.collective].reducing:
+        opts.ops = opts.ops[:1]         # (copies have no op: one pass)
     try:
-        size_sweep(opts.minbytes, opts.maxbytes, opts.factor)
+        sizes = size_sweep(opts.minbytes, opts.maxbytes, opts.factor)
     except ValueError as e:
         parser.error(str(e))
+    for dtype in opts.dtypes:
+        empty = [n for n in sizes if n and not elements(opts.collective, n, _as_dtype(dtype),
+                                                        opts.np)]
+        if empty:
+            unit = f"{np.dtype(_as_dtype(dtype)).itemsize}-byte elements"
+            if BY_NAME[opts.collective].blocked:
+                unit = f"whole blocks of {opts.np} {unit}"
+            parser.error(f"size {empty[0]} B holds no {TYPE_NAMES.get(dtype, dtype)} data for "
+                         f"{opts.collective} (it counts in {unit}); start the sweep at a "
+                         f"larger -b")
     if not 0 <= opts.root < opts.np:
         parser.error(f"-r/--root must be in [0, {opts.np})")
     if opts.algo == "auto":
@@ -222,9 +286,7 @@ def validate(parser, opts):
             parser.error(f"--device cuda: {e}")
         if opts.bind:
             parser.error("--device cuda: --bind pins CPU ranks; leave it out")
-    if opts.dtype == "bfloat16":
-        import ml_dtypes
-        opts.dtype = np.dtype(ml_dtypes.bfloat16)
+    opts.dtypes = [_as_dtype(t) for t in opts.dtypes]
 
 
 def main(argv):
