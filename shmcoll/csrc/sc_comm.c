@@ -253,8 +253,11 @@ sc_comm *sc_attach(void *base, size_t size, int fd, int rank, int world, uint64_
         }
         memset(ring->slots, 0, (size_t)c->slot_bytes * c->nslots);
     }
+    /* Every rank counts itself in: an increment, then a wake-up.  (Storing before + 1
+     * after the increment let a rank preempted in between set the count back below a
+     * later rank's, and the job waited for attachments that had all happened.) */
     uint64_t before = atomic_fetch_add_explicit(&c->hdr->attached.value, 1, memory_order_acq_rel);
-    sc_signal(&c->hdr->attached, before + 1);
+    sc_wake(&c->hdr->attached);
     *last = (before + 1 == (uint64_t)world);
     *status = SC_OK;
     return c;

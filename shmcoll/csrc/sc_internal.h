@@ -142,6 +142,9 @@ void sc_abort_failed(sc_header *h, int failed_rank);
 /* Waiting (sc_wait.c). */
 int sc_wait_ge(sc_comm *c, sc_flag *f, uint64_t target, int peer, const char *what, uint64_t *seen);
 void sc_signal(sc_flag *f, uint64_t value);
+/* Wake the waiters of a flag already changed (by an atomic read-modify-write: a flag
+ * several writers count up must not be stored, or a late store undoes an increment). */
+void sc_wake(sc_flag *f);
 uint64_t sc_now_ns(void);
 /* A wait on a flag of this process (no peer to check): spin, yield, then sleep in
  * slices until it reaches target, the timeout expires (SC_ETIMEDOUT) or

@@ -55,14 +55,19 @@ static void futex_wake_all(_Atomic uint64_t *word)
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-void sc_signal(sc_flag *f, uint64_t value)
+void sc_wake(sc_flag *f)
 {
-    atomic_store_explicit(&f->value, value, memory_order_release);
     /* Pairs with the waiter's increment of `waiters` before its last check:
-     * either it sees our value, or we see it asleep and wake it. */
+     * either it sees the new value, or we see it asleep and wake it. */
     atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&f->waiters, memory_order_relaxed))
         futex_wake_all(&f->value);
+}
+
+void sc_signal(sc_flag *f, uint64_t value)
+{
+    atomic_store_explicit(&f->value, value, memory_order_release);
+    sc_wake(f);
 }
 
 /* A process that exited but was not reaped yet (a zombie) still answers kill(pid, 0):

@@ -170,6 +170,9 @@ class _Tagger:
 
 
 class Job:
+    """The ranks of one run: started at once, watched through pidfds (exits) and, with
+    --tag-output, their pipes; signalled by process group."""
+
     def __init__(self, commands, envs, places, tag_output):
         self.selector = selectors.DefaultSelector()
         self.tagger = _Tagger(self.selector) if tag_output else None
