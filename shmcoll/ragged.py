@@ -1,9 +1,11 @@
 """Uneven blocks (allgatherv, gatherv, scatterv, reduce_scatter with counts) and
 Python objects, composed from the engine's collectives.
 
-Every rank learns every block's shape first (one allgather of a small header, so
-ranks that disagree all raise the same MismatchError), then the data moves in one
-collective of blocks padded to the longest: rank r's block travels in rows
+Every rank learns every block's shape first (one allgather of a small header), so
+ranks that disagree all raise the same MismatchError, and an argument one rank
+refuses (or an object it cannot pickle) is an error on every rank, not a wait for a
+call that rank will not make.  Then the data moves in one collective of blocks
+padded to the longest: rank r's block travels in rows
 [0, counts[r]) of its slot.  The padding costs bandwidth when blocks differ a lot
 (the collective moves P x the longest block instead of the sum); the result is
 compacted once into a fresh array in rank order.
@@ -22,23 +24,39 @@ from shmcoll.errors import MismatchError
 _MAX_DIMS = 8           # an uneven block's dimensions after the first
 _MAX_FRAMES = 61        # out-of-band buffers per object header (more go in band)
 _HEADER = 3 + _MAX_FRAMES   # [total bytes, frames, largest total, frame lengths...]
+_REFUSED = -1           # a header's first field: this rank refused its own argument
+
+
+def _refuse_together(bad, what, error):
+    """After a header exchange: when ranks `bad` refused their argument, every rank
+    raises (those ranks their own `error`, the others a ValueError naming them), so
+    no rank is left waiting for a call the others will not make."""
+    if bad:
+        if error is not None:
+            raise error
+        raise ValueError(f"{what}: rank(s) {bad} refused their argument, so no rank ran the "
+                         f"call")
 
 
 # -- uneven blocks ---------------------------------------------------------------------
-def _shape_header(x):
-    if x.ndim == 0:
-        raise ValueError("an uneven block needs at least one dimension (its rows)")
-    if x.ndim - 1 > _MAX_DIMS:
-        raise ValueError(f"uneven blocks have at most {_MAX_DIMS + 1} dimensions, got {x.ndim}")
+def _shape_header(x, what):
+    """(x's shape as a header, None), or (a refusal header, the error)."""
     head = np.full(2 + _MAX_DIMS, -1, np.int64)
+    if x.ndim == 0:
+        return head, ValueError(f"{what}: a block needs at least one dimension (its rows)")
+    if x.ndim - 1 > _MAX_DIMS:
+        return head, ValueError(f"{what}: blocks have at most {_MAX_DIMS + 1} dimensions, "
+                                f"got {x.ndim}")
     head[0], head[1] = x.shape[0], x.ndim
     head[2:1 + x.ndim] = x.shape[1:]
-    return head
+    return head, None
 
 
 def _agreed_rows(comm, x, what):
     """Every rank's row count; the other dimensions must agree on every rank."""
-    heads = comm.allgather(_shape_header(x))
+    head, error = _shape_header(x, what)
+    heads = comm.allgather(head)
+    _refuse_together([r for r in range(len(heads)) if heads[r, 0] == _REFUSED], what, error)
     differ = [r for r in range(len(heads)) if list(heads[r, 1:]) != list(heads[0, 1:])]
     if differ:
         shapes = [tuple(int(v) for v in h[2:1 + int(h[1])]) for h in heads]
@@ -91,15 +109,18 @@ def _counts(counts, world, what):
 def scatterv(comm, x, counts, root):
     """Rank r gets rows [sum(counts[:r]), sum(counts[:r+1])) of the root's x (x and
     counts only matter on the root)."""
-    layout = None
+    layout, error = None, None
     if comm.rank == root:
-        x = np.asarray(x)
-        counts = _counts(counts, comm.world_size, "scatterv")
-        if x.ndim == 0 or x.shape[0] != sum(counts):
-            raise ValueError(f"scatterv: x has {x.shape[0] if x.ndim else 0} rows, counts "
-                             f"sum to {sum(counts)}")
-        layout = (counts, x.shape[1:], x.dtype.str if x.dtype.fields is None else x.dtype)
-    counts, tail, dtype = broadcast_object(comm, layout, root)
+        try:
+            x = np.asarray(x)
+            counts = _counts(counts, comm.world_size, "scatterv")
+            _check_rows(x, counts, "scatterv")
+            layout = (counts, x.shape[1:], x.dtype.str if x.dtype.fields is None else x.dtype)
+        except (TypeError, ValueError) as e:
+            error = e
+    layout = broadcast_object(comm, layout, root)
+    _refuse_together([root] if layout is None else [], "scatterv", error)
+    counts, tail, dtype = layout
     rows = max(counts)
     if comm.rank == root:
         starts = np.cumsum([0] + counts)
@@ -112,15 +133,25 @@ def scatterv(comm, x, counts, root):
     return mine[:counts[comm.rank]].copy()
 
 
+def _check_rows(x, counts, what):
+    if x.ndim == 0 or x.shape[0] != sum(counts):
+        raise ValueError(f"{what}: x has {x.shape[0] if x.ndim else 0} rows, counts sum to "
+                         f"{sum(counts)}")
+
+
 def reduce_scatter_counts(comm, x, counts, op, algo):
     """Rank r gets the reduction of rows [sum(counts[:r]), sum(counts[:r+1])) of x
     (the same counts and x's shape on every rank)."""
-    counts = _counts(counts, comm.world_size, "reduce_scatter")
+    P, error = comm.world_size, None
     x = np.asarray(x)
-    if x.ndim == 0 or x.shape[0] != sum(counts):
-        raise ValueError(f"reduce_scatter: x has {x.shape[0] if x.ndim else 0} rows, counts "
-                         f"sum to {sum(counts)}")
-    seen = comm.allgather(np.array(counts, np.int64))
+    try:
+        counts = _counts(counts, P, "reduce_scatter")
+        _check_rows(x, counts, "reduce_scatter")
+        mine = np.array(counts, np.int64)
+    except (TypeError, ValueError) as e:
+        mine, error = np.full(P, _REFUSED, np.int64), e
+    seen = comm.allgather(mine)
+    _refuse_together([r for r in range(P) if seen[r, 0] == _REFUSED], "reduce_scatter", error)
     differ = [r for r in range(comm.world_size) if list(seen[r]) != list(seen[0])]
     if differ:
         raise MismatchError("reduce_scatter: ranks pass different counts: "
@@ -157,6 +188,19 @@ def _dumps(obj):
     return frames, head
 
 
+def _try_dumps(obj, what):
+    """_dumps(obj) and None, or a refusal header and the error (obj cannot be pickled)."""
+    try:
+        return _dumps(obj) + (None,)
+    except Exception as e:  # noqa: BLE001 - any pickling failure: refused on every rank
+        head = np.full(_HEADER, _REFUSED, np.int64)
+        return [], head, TypeError(f"{what}: the object cannot be pickled: {e}")
+
+
+def _refused_ranks(heads):
+    return [r for r in range(len(heads)) if heads[r, 0] == _REFUSED]
+
+
 def _pack(frames, size):
     payload = np.empty(size, np.uint8)
     at = 0
@@ -177,11 +221,10 @@ def _loads(payload, head):
 
 def broadcast_object(comm, obj, root):
     """The root's object on every rank (the root gets its own object back)."""
-    if comm.rank == root:
-        frames, head = _dumps(obj)
-    else:
-        head = np.zeros(_HEADER, np.int64)
+    frames, head, error = _try_dumps(obj, "broadcast_object") if comm.rank == root else \
+        ([], np.zeros(_HEADER, np.int64), None)
     comm.broadcast(head, root=root)
+    _refuse_together([root] if head[0] == _REFUSED else [], "broadcast_object", error)
     payload = _pack(frames, int(head[0])) if comm.rank == root else \
         np.empty(int(head[0]), np.uint8)
     comm.broadcast(payload, root=root)
@@ -190,8 +233,9 @@ def broadcast_object(comm, obj, root):
 
 def allgather_object(comm, obj):
     """Every rank's object, in rank order, on every rank."""
-    frames, head = _dumps(obj)
+    frames, head, error = _try_dumps(obj, "allgather_object")
     heads = comm.allgather(head)
+    _refuse_together(_refused_ranks(heads), "allgather_object", error)
     size = int(heads[:, 0].max())
     stacked = comm.allgather(_pack(frames, size))
     return [obj if r == comm.rank else _loads(stacked[r], heads[r])
@@ -200,8 +244,9 @@ def allgather_object(comm, obj):
 
 def gather_object(comm, obj, root):
     """The list of every rank's object on `root`, None elsewhere."""
-    frames, head = _dumps(obj)
+    frames, head, error = _try_dumps(obj, "gather_object")
     heads = comm.allgather(head)        # (every rank needs the largest size)
+    _refuse_together(_refused_ranks(heads), "gather_object", error)
     stacked = comm.gather(_pack(frames, int(heads[:, 0].max())), root=root)
     if stacked is None:
         return None
@@ -210,18 +255,23 @@ def gather_object(comm, obj, root):
 
 def scatter_object(comm, objs, root):
     """objs[r] of the root's list on rank r (objs only matters on the root)."""
-    if comm.rank == root:
-        objs = list(objs)
-        if len(objs) != comm.world_size:
-            raise ValueError(f"scatter_object: the root needs {comm.world_size} objects, got "
-                             f"{len(objs)}")
-        dumped = [_dumps(o) for o in objs]
-        size = max(int(h[0]) for _, h in dumped)
-        heads = np.stack([h for _, h in dumped])
-        heads[:, 2] = size
-        head = comm.scatter(heads, root=root)
-        payload = comm.scatter(np.stack([_pack(f, size) for f, _ in dumped]), root=root)
-        return objs[root]
-    head = comm.scatter(None, out=np.empty(_HEADER, np.int64), root=root)
-    payload = comm.scatter(None, out=np.empty(int(head[2]), np.uint8), root=root)
-    return _loads(payload, head)
+    P = comm.world_size
+    if comm.rank != root:
+        head = comm.scatter(None, out=np.empty(_HEADER, np.int64), root=root)
+        _refuse_together([root] if head[0] == _REFUSED else [], "scatter_object", None)
+        payload = comm.scatter(None, out=np.empty(int(head[2]), np.uint8), root=root)
+        return _loads(payload, head)
+    objs = list(objs) if objs is not None else []
+    error = None if len(objs) == P else ValueError(
+        f"scatter_object: the root needs {P} objects, got {len(objs)}")
+    dumped = [_try_dumps(o, "scatter_object") for o in objs] if error is None else []
+    error = error or next((e for _, _, e in dumped if e is not None), None)
+    if error is not None:
+        comm.scatter(np.full((P, _HEADER), _REFUSED, np.int64), root=root)
+        raise error
+    size = max(int(h[0]) for _, h, _ in dumped)
+    heads = np.stack([h for _, h, _ in dumped])
+    heads[:, 2] = size
+    comm.scatter(heads, root=root)
+    comm.scatter(np.stack([_pack(f, size) for f, _, _ in dumped]), root=root)
+    return objs[root]

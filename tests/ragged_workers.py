@@ -88,3 +88,30 @@ def bad_calls(comm):
         except Exception as e:  # noqa: BLE001 - the test checks the type
             out.append(type(e).__name__)
     return out
+
+
+def one_rank_refuses(comm):
+    """Each call with a bad argument on one rank only (the last, or the root 0): every
+    rank raises (that rank its own error, the others a ValueError naming it) instead
+    of waiting for it; the communicator goes on working."""
+    P, r, last = comm.world_size, comm.rank, comm.world_size - 1
+    calls = {
+        "allgatherv": lambda: comm.allgatherv(np.float64(1.0) if r == last else np.ones(2)),
+        "reduce_scatter": lambda: comm.reduce_scatter(
+            np.ones(P + (r == last)), counts=[1] * P),
+        "scatterv": lambda: comm.scatterv(np.ones(P + 1) if r == 0 else None, [1] * P,
+                                          root=0),
+        "broadcast_object": lambda: comm.broadcast_object(lambda: 0 if r == 0 else None, 0),
+        "allgather_object": lambda: comm.allgather_object(
+            (lambda: 0) if r == last else r),
+        "scatter_object": lambda: comm.scatter_object([1] if r == 0 else None, 0),
+    }
+    seen = {}
+    for name, call in calls.items():
+        try:
+            call()
+            seen[name] = None
+        except Exception as e:  # noqa: BLE001 - the test checks type and text
+            seen[name] = (type(e).__name__, str(e))
+    seen["after"] = float(comm.allreduce(np.ones(1))[0])
+    return seen

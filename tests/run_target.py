@@ -14,6 +14,9 @@ import signal
 import sys
 import time
 
+# Longer than any test waits: a rank still sleeping when its test ends was not stopped.
+LONG = 600
+
 VARIABLES = ("SHMCOLL_RANK", "SHMCOLL_WORLD_SIZE", "SHMCOLL_JOB", "RANK", "WORLD_SIZE",
              "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
              "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -38,15 +41,15 @@ def main(what, *args):
         if rank == int(args[0]):
             time.sleep(0.2)
             sys.exit(int(args[1]))
-        time.sleep(60)
+        time.sleep(LONG)
     elif what == "kill":
         if rank == int(args[0]):
             time.sleep(0.2)
             os.kill(os.getpid(), getattr(signal, args[1]))
-        time.sleep(60)
+        time.sleep(LONG)
     elif what == "sleep":
         say(f"ready {rank}")
-        time.sleep(60)
+        time.sleep(LONG)
     elif what == "threads":
         import numpy as np
         a = np.ones((400, 400))

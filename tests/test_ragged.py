@@ -45,6 +45,20 @@ def test_ranks_that_disagree_all_raise_and_go_on(pools):
         assert after == 3.0
 
 
+@pytest.mark.parametrize("P", [2, 3])
+def test_an_argument_one_rank_refuses_is_an_error_on_every_rank(pools, P):
+    offender = {"allgatherv": P - 1, "reduce_scatter": P - 1, "scatterv": 0,
+                "broadcast_object": 0, "allgather_object": P - 1, "scatter_object": 0}
+    for rank, seen in enumerate(pools(P).run(rw.one_rank_refuses)):
+        assert seen.pop("after") == float(P)
+        for name, (kind, text) in seen.items():
+            assert name in text
+            if rank == offender[name]:
+                assert kind in ("ValueError", "TypeError") and "refused their" not in text
+            else:
+                assert kind == "ValueError" and f"rank(s) [{offender[name]}]" in text
+
+
 def _same(a, b):
     if isinstance(a, np.ndarray):
         return isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b)

@@ -4,7 +4,6 @@ import json
 import os
 import signal
 import sys
-import time
 
 import pytest
 
@@ -103,11 +102,11 @@ def test_output_is_tagged_with_the_rank():
 
 
 def test_a_failing_rank_ends_the_job_with_its_status():
-    t0 = time.monotonic()
+    # the others sleep far longer than run()'s timeout: returning at all means they
+    # were stopped, not waited for
     res = run("-np", "3", "run_target.py", "fail", "1", "3")
     assert res.returncode == 3
     assert "rank 1 exited with status 3" in res.stderr
-    assert time.monotonic() - t0 < 30        # the others were stopped, not waited for
 
 
 def test_a_rank_killed_by_a_signal():
@@ -131,11 +130,9 @@ def test_ctrl_c_is_passed_on_and_ends_every_rank():
 
 
 def test_the_timeout_stops_the_job():
-    t0 = time.monotonic()
     res = run("--timeout", "1", "-np", "2", "run_target.py", "sleep")
     assert res.returncode == shmcoll_run.EXIT_TIMEOUT
     assert "timed out" in res.stderr
-    assert time.monotonic() - t0 < 30
 
 
 def test_no_entry_outlives_a_rank_that_died_while_joining():
