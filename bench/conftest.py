@@ -75,7 +75,8 @@ def run_collective(ranks, benchmark):
         benchmark.pedantic(call, rounds=rounds, iterations=1, warmup_rounds=warmup)
         benchmark.extra_info.update(
             bytes=case.nbytes, world=world, dtype=dtype, op=op, inplace=inplace,
-            algorithm=ranks(world).comm.algorithm_for(collective, case.nbytes, algo))
+            algorithm="p2p" if collective == "sendrecv" else
+            ranks(world).comm.algorithm_for(collective, case.nbytes, algo))
         if benchmark.stats is not None:
             seconds = benchmark.stats.stats.median
             yard = ranks(world).yardstick(case.nbytes, max(5, rounds // 2))

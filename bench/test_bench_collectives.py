@@ -1,5 +1,5 @@
 """pytest-benchmark suite: every collective x algorithm (and the automatic choice)
-x size x P, between live ranks.  Each benchmark also records, in extra_info, the
+x size x P, and point-to-point (sendrecv, nccl-tests' ring shift), between live ranks.  Each benchmark also records, in extra_info, the
 median time divided by a memcpy of the same bytes measured in the same run
 ("ratio"), which `shmcoll bench-compare` compares between runs.
 
@@ -28,3 +28,9 @@ PARAMS = [(c, a) for c in ALL_COLLECTIVES for a in algorithms(c)]
 @pytest.mark.parametrize("collective,algo", PARAMS, ids=[f"{c}-{a}" for c, a in PARAMS])
 def test_collective(run_collective, collective, algo, nbytes, world):
     run_collective(world, collective, nbytes, algo=algo)
+
+
+@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("nbytes", SIZES, ids=[f"{s}B" for s in SIZES])
+def test_sendrecv(run_collective, nbytes, world):
+    run_collective(world, "sendrecv", nbytes)

@@ -9,7 +9,7 @@
     if __name__ == "__main__":
         print(shmcoll.launch(work, nprocs=4))
 """
-from shmcoll.communicator import Communicator, init
+from shmcoll.communicator import ANY_TAG, Communicator, init
 from shmcoll.errors import (ClosedError, CommunicatorBrokenError, ConcurrentCallError,
                             DeviceError, JobAbortedError, JoinRefusedError, LaunchError,
                             MismatchError, OutOfMemoryError, PeerLostError, SegmentError,
@@ -21,7 +21,7 @@ from shmcoll.work import Work, wait_all
 __version__ = "0.1.0"
 
 __all__ = [
-    "launch", "init", "Communicator", "ReduceOp", "Work", "wait_all", "ShmcollError", "TimeoutError",
+    "launch", "init", "Communicator", "ANY_TAG", "ReduceOp", "Work", "wait_all", "ShmcollError", "TimeoutError",
     "PeerLostError", "MismatchError", "JobAbortedError", "CommunicatorBrokenError", "ClosedError",
     "SegmentError", "LaunchError", "DeviceError", "ConcurrentCallError", "JoinRefusedError",
     "SharedMemoryFullError", "OutOfMemoryError", "__version__",

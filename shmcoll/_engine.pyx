@@ -40,7 +40,7 @@ cdef extern from "csrc/shmcoll.h" nogil:
     enum:
         SC_OK, SC_ETIMEDOUT, SC_EPEERLOST, SC_EABORTED, SC_EINVAL, SC_ELAYOUT,
         SC_ERANKTAKEN, SC_EBROKEN, SC_EINTR, SC_EMISMATCH, SC_ECLOSED, SC_ENOMEM,
-        SC_ENOSPACE, SC_EREFUSED
+        SC_ENOSPACE, SC_EREFUSED, SC_ETRUNCATE
     enum:
         SC_REFUSE_WORLD, SC_REFUSE_RANK_TAKEN, SC_REFUSE_COLLISION, SC_REFUSE_NO_SPACE
     enum:
@@ -72,12 +72,25 @@ cdef extern from "csrc/shmcoll.h" nogil:
         const void *x
         void *out
         size_t count
+        const uint64_t *layout
     enum:
         SC_COLL_BARRIER, SC_COLL_ALLREDUCE, SC_COLL_REDUCE_SCATTER, SC_COLL_ALLGATHER,
-        SC_COLL_BROADCAST, SC_COLL_REDUCE, SC_COLL_GATHER, SC_COLL_SCATTER, SC_NCOLLECTIVES
+        SC_COLL_BROADCAST, SC_COLL_REDUCE, SC_COLL_GATHER, SC_COLL_SCATTER,
+        SC_COLL_ALLTOALL, SC_COLL_ALLTOALLV, SC_NCOLLECTIVES
     enum:
         SC_ALGO_RING, SC_ALGO_DIRECT, SC_ALGO_DIRECT_TWO_SHOT, SC_ALGO_TREE,
-        SC_ALGO_RHD_DOUBLING, SC_ALGO_RHD_HALVING, SC_ALGO_NAIVE, SC_NALGOS
+        SC_ALGO_RHD_DOUBLING, SC_ALGO_RHD_HALVING, SC_ALGO_NAIVE, SC_ALGO_BRUCK, SC_NALGOS
+    enum:
+        SC_ANY_TAG, SC_P2P_SEND, SC_P2P_RECV, SC_WORK_P2P
+    ctypedef struct sc_p2p_op:
+        int kind, peer
+        int64_t tag, dtype
+        void *buf
+        uint64_t bytes
+        int status
+        int64_t got_tag, got_dtype
+        uint64_t got_bytes
+    int sc_p2p(sc_comm *c, sc_p2p_op **ops, int n)
     int sc_barrier(sc_comm *c)
     int sc_run(sc_comm *c, const sc_args *a)
     int sc_implements(int collective, int algo)
@@ -91,6 +104,8 @@ cdef extern from "csrc/shmcoll.h" nogil:
     int sc_pid_dead(int32_t pid)
     ctypedef struct sc_work:
         sc_args args
+        sc_p2p_op *ops
+        int nops
         uint64_t ticket
         int status, skipped, err_peer, err_waited
         const char *err_what
@@ -683,20 +698,21 @@ cdef class Engine:
         cdef sc_args a
         if async_op:
             a.collective, a.algo, a.dtype, a.op, a.root = SC_COLL_BARRIER, -1, -1, -1, -1
-            a.x, a.out, a.count = NULL, NULL, 0
+            a.x, a.out, a.count, a.layout = NULL, NULL, 0, NULL
             return self._submit(&a, None, None)
         self._wait(sc_barrier, "barrier")
 
     cdef object _run(self, int collective, object algo, int dtype, int op, int root,
                      const void *x, void *out, size_t count, size_t nbytes, object keep,
-                     object result, bint async_op):
+                     object result, bint async_op, const uint64_t *layout=NULL):
         """The single C call of a collective (`nbytes` is the size the selector sees),
         which returns `result`; or, async_op, that call queued as a Work that keeps
-        `keep` (the input) and `result` alive until it completed."""
+        `keep` (the input) and `result` alive until it completed.  alltoallv passes
+        its `layout` (and has one schedule)."""
         cdef sc_args a
         a.collective, a.dtype, a.op, a.root = collective, dtype, op, root
-        a.algo = self._code(collective, nbytes, algo)
-        a.x, a.out, a.count = x, out, count
+        a.algo = SC_ALGO_DIRECT if layout != NULL else self._code(collective, nbytes, algo)
+        a.x, a.out, a.count, a.layout = x, out, count, layout
         if async_op:
             return self._submit(&a, keep, result)
         cdef int st
@@ -713,6 +729,14 @@ cdef class Engine:
     # -- nonblocking calls ----------------------------------------------------------
     cdef Work _submit(self, sc_args *a, object keep, object result):
         """Queue one checked call on the progress thread (started at the first)."""
+        cdef Work w = Work.__new__(Work)
+        w.w.args = a[0]
+        w.w.ops, w.w.nops = NULL, 0
+        w.keep, w.result = keep, result
+        return self._enqueue(w)
+
+    cdef Work _enqueue(self, Work w):
+        """Queue a work whose record is filled in."""
         cdef int err = 0
         if self.c == NULL:
             raise ClosedError(self.closed_reason)
@@ -728,9 +752,7 @@ cdef class Engine:
             if self.progress == NULL:
                 raise OutOfMemoryError(f"rank {self.rank}: cannot start the progress thread "
                                        f"of nonblocking calls: {os.strerror(err)}")
-        cdef Work w = Work.__new__(Work)
-        w.w.args = a[0]
-        w.engine, w.keep, w.result = self, keep, result
+        w.engine = self
         self._works.append(w)
         _BUSY.add(self)
         self._last_ticket = sc_progress_submit(self.progress, &w.w)
@@ -759,8 +781,10 @@ cdef class Engine:
         return 0
 
     cdef object _work_error(self, Work w):
-        what = COLLECTIVE_NAMES[w.w.args.collective]
+        what = _work_name(&w.w)
         first = self._first_error
+        if w.w.status == SC_ETRUNCATE:      # one message did not fit: nothing broke
+            return _truncated(w.w.ops, w.w.nops, what, self.rank)
         if w.w.skipped and first is not None:
             err = copy.copy(first)
             err.args = (f"{what} on rank {self.rank} was not run: an earlier call failed: "
@@ -937,6 +961,84 @@ cdef class Engine:
         return self._run(SC_COLL_BROADCAST, algo, copy_code(xa), -1, root,
                          cnp.PyArray_DATA(xa), NULL, nb, nb, None, xa, async_op)
 
+    def alltoall(self, x, out, algo=None, bint async_op=False):
+        self._live()
+        cdef cnp.ndarray xa = as_input(x)
+        check_copyable(xa)
+        if cnp.PyArray_NDIM(xa) == 0 or cnp.PyArray_DIMS(xa)[0] != self.world_size:
+            raise ValueError(f"alltoall needs x.shape[0] == world_size {self.world_size}; "
+                             f"got shape {(<object>xa).shape}")
+        cdef cnp.ndarray oa = out_like(out, xa, False)
+        cdef size_t nb = <size_t>cnp.PyArray_NBYTES(xa)
+        return self._run(SC_COLL_ALLTOALL, algo, copy_code(xa), -1, -1, cnp.PyArray_DATA(xa),
+                         cnp.PyArray_DATA(oa), nb // self.world_size, nb, xa, oa, async_op)
+
+    def alltoallv(self, x, out, layout, size_t row_bytes, bint async_op=False):
+        """x and out as checked by shmcoll.ragged; layout: uint64 byte offsets and
+        lengths (send offsets, send lengths, receive offsets, receive lengths)."""
+        self._live()
+        cdef cnp.ndarray xa = as_input(x)
+        check_copyable(xa)
+        cdef cnp.ndarray oa = check_buffer(out, "out")
+        check_no_partial_overlap(oa, xa, False)
+        cdef cnp.ndarray la = np.ascontiguousarray(layout, dtype=np.uint64)
+        if cnp.PyArray_SIZE(la) != 4 * self.world_size:
+            raise ValueError("alltoallv: the layout needs 4 x world_size entries")
+        return self._run(SC_COLL_ALLTOALLV, None, copy_code(xa), -1, -1, cnp.PyArray_DATA(xa),
+                         cnp.PyArray_DATA(oa), row_bytes, <size_t>cnp.PyArray_NBYTES(xa),
+                         (xa, la), oa, async_op, <const uint64_t *>cnp.PyArray_DATA(la))
+
+    def p2p(self, list ops, result, bint async_op=False):
+        """Point-to-point operations run together (one or two: send, recv,
+        sendrecv), each (kind, peer, tag, array) with peer and tag checked by the
+        communicator: kind 'send' reads its array (copied if not C-contiguous),
+        'recv' writes its own.  Returns `result`, or a Work."""
+        self._live()
+        cdef int n = len(ops), i, st
+        cdef sc_p2p_op local[2]
+        cdef sc_p2p_op *cops = local
+        cdef sc_p2p_op *ptrs[2]
+        cdef Work w = None
+        cdef cnp.ndarray arr
+        if not 1 <= n <= 2:
+            raise ValueError("one or two point-to-point operations at a time")
+        if async_op:
+            w = Work.__new__(Work)
+            cops = w.ops
+        for i in range(n):
+            kind, peer, tag, arr = ops[i]
+            if kind == "send":
+                arr = as_input(arr)
+                cops[i].kind = SC_P2P_SEND
+            else:
+                check_buffer(arr, "out")
+                cops[i].kind = SC_P2P_RECV
+            check_copyable(arr)
+            cops[i].peer, cops[i].tag, cops[i].dtype = peer, tag, copy_code(arr)
+            cops[i].buf = cnp.PyArray_DATA(arr)
+            cops[i].bytes = <uint64_t>cnp.PyArray_NBYTES(arr)
+            ptrs[i] = &cops[i]
+            if async_op:
+                ops[i] = arr        # kept alive by the work
+        if async_op:
+            w.w.args.collective, w.w.args.algo = SC_WORK_P2P, -1
+            w.w.args.x, w.w.args.out, w.w.args.count, w.w.args.layout = NULL, NULL, 0, NULL
+            w.w.ops, w.w.nops = w.ops, n
+            w.keep, w.result = ops, result
+            return self._enqueue(w)
+        self._enter()
+        try:
+            with nogil:
+                st = sc_p2p(self.c, ptrs, n)
+            if st:
+                self._raise(st, _p2p_name(cops, n))
+        finally:
+            self._leave()
+        for i in range(n):
+            if cops[i].status == SC_ETRUNCATE:
+                raise _truncated(&cops[i], 1, _p2p_name(cops, n), self.rank)
+        return result
+
     def close(self, bint failed=False):
         """Leave the job.  A call running in another thread is asked to give up
         (ClosedError there) and waited for; a call of this very thread (close() from a
@@ -1011,13 +1113,45 @@ CALL_FIELDS = ("collective", "count", "dtype", "op", "root", "algorithm", "seque
 COLLECTIVE_CODES = {"barrier": SC_COLL_BARRIER, "allreduce": SC_COLL_ALLREDUCE,
                     "reduce_scatter": SC_COLL_REDUCE_SCATTER, "allgather": SC_COLL_ALLGATHER,
                     "broadcast": SC_COLL_BROADCAST, "reduce": SC_COLL_REDUCE,
-                    "gather": SC_COLL_GATHER, "scatter": SC_COLL_SCATTER}
+                    "gather": SC_COLL_GATHER, "scatter": SC_COLL_SCATTER,
+                    "alltoall": SC_COLL_ALLTOALL, "alltoallv": SC_COLL_ALLTOALLV}
 COLLECTIVE_NAMES = {code: name for name, code in COLLECTIVE_CODES.items()}
 SCHEDULE_CODES = {"ring": SC_ALGO_RING, "direct": SC_ALGO_DIRECT,
                   "direct_two_shot": SC_ALGO_DIRECT_TWO_SHOT, "tree": SC_ALGO_TREE,
                   "rhd_doubling": SC_ALGO_RHD_DOUBLING, "rhd_halving": SC_ALGO_RHD_HALVING,
-                  "naive": SC_ALGO_NAIVE}
+                  "naive": SC_ALGO_NAIVE, "bruck": SC_ALGO_BRUCK}
 assert len(COLLECTIVE_CODES) == SC_NCOLLECTIVES - 1 and len(SCHEDULE_CODES) == SC_NALGOS
+
+
+ANY_TAG = SC_ANY_TAG
+
+
+cdef str _work_name(sc_work *w):
+    """The name of a work's call: its collective, or send / recv / sendrecv."""
+    if w.args.collective != SC_WORK_P2P:
+        return COLLECTIVE_NAMES[w.args.collective]
+    return _p2p_name(w.ops, w.nops)
+
+
+cdef str _p2p_name(sc_p2p_op *ops, int n):
+    if n == 2:
+        return "sendrecv"
+    return "send" if ops[0].kind == SC_P2P_SEND else "recv"
+
+
+cdef object _truncated(sc_p2p_op *ops, int n, str what, int rank):
+    """The MismatchError of a receive whose message had another size or type."""
+    cdef int i
+    for i in range(n):
+        if ops[i].status == SC_ETRUNCATE:
+            mine = f"{ops[i].bytes} bytes of {_describe('dtype', ops[i].dtype)}"
+            theirs = f"{ops[i].got_bytes} bytes of {_describe('dtype', ops[i].got_dtype)}"
+            field = "count" if ops[i].bytes != ops[i].got_bytes else "dtype"
+            return MismatchError(
+                f"{what} on rank {rank}: the message from rank {ops[i].peer} with tag "
+                f"{ops[i].got_tag} holds {theirs}, the receive expected {mine}; the message "
+                f"was discarded (the communicator stays usable)", field, (rank, ops[i].peer))
+    return MismatchError(f"{what} on rank {rank}: a message did not match its receive")
 
 
 def implements(collective, int algo):
@@ -1026,8 +1160,9 @@ def implements(collective, int algo):
 
 
 def implemented():
-    """{(collective name, schedule code)} of every schedule the engine runs (sc_run.c)."""
-    return {(name, code) for name, coll in COLLECTIVE_CODES.items()
+    """{(collective name, schedule code)} of every schedule the engine runs (sc_run.c)
+    that the cost model chooses among (alltoallv has its one schedule, run as is)."""
+    return {(name, code) for name, coll in COLLECTIVE_CODES.items() if name != "alltoallv"
             for code in range(SC_NALGOS) if sc_implements(coll, code)}
 
 

@@ -14,6 +14,7 @@ cdef class Work:
     (or x of broadcast): the thread reads and writes them meanwhile.
     """
     cdef sc_work w              # what the progress thread runs and writes back
+    cdef sc_p2p_op ops[2]       # a point-to-point work's operations (w.ops)
     cdef Engine engine          # until settled
     cdef object keep            # the input buffer, until settled
     cdef object result          # what wait() returns
@@ -29,7 +30,7 @@ cdef class Work:
     @property
     def collective(self):
         """The collective's name ("allreduce", "barrier", ...)."""
-        return COLLECTIVE_NAMES[self.w.args.collective]
+        return _work_name(&self.w)
 
     def wait(self, timeout=None):
         """Block (GIL released) until the call completed and return what the blocking

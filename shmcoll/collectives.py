@@ -7,7 +7,8 @@
 
 The size a collective is priced and reported at (nccl-tests' convention) is the bytes
 of the whole vector: x for allreduce, reduce and broadcast; all world_size blocks for
-reduce_scatter (x), allgather and gather (the output) and scatter (the root's x).
+reduce_scatter (x), allgather and gather (the output), scatter (the root's x) and
+alltoall (x, as its output).
 """
 from dataclasses import dataclass
 from typing import Dict, Tuple
@@ -33,7 +34,7 @@ class Collective:
     def bus_factor(self, world: int) -> float:
         """busbw / algbw (nccl-tests): the share of the vector that crosses the busiest
         link, so that every collective's busbw compares with the hardware's bandwidth."""
-        if world == 1 or self.name in ("broadcast", "reduce"):
+        if world == 1 or self.name in ("broadcast", "reduce", "sendrecv"):
             return 1.0
         if self.name == "allreduce":
             return 2.0 * (world - 1) / world
@@ -57,9 +58,14 @@ ALL: Tuple[Collective, ...] = (
     _collective("reduce", reducing=True, rooted=True),
     _collective("gather", rooted=True, blocked=True, per_rank_block=True),
     _collective("scatter", rooted=True, blocked=True, per_rank_block=True),
+    _collective("alltoall", blocked=True),
 )
 NAMES: Tuple[str, ...] = tuple(c.name for c in ALL)
-BY_NAME: Dict[str, Collective] = {c.name: c for c in ALL}
+# Point-to-point as `shmcoll perf` times it (nccl-tests' sendrecv: every rank sends to
+# r+1 while receiving from r-1); no engine collective code, no algorithm to choose.
+SENDRECV = Collective("sendrecv", -1, False, False, False, False)
+PERF_NAMES: Tuple[str, ...] = NAMES + (SENDRECV.name,)
+BY_NAME: Dict[str, Collective] = {c.name: c for c in ALL + (SENDRECV,)}
 BY_CODE: Dict[int, Collective] = {c.code: c for c in ALL}
 REDUCING: Tuple[str, ...] = tuple(c.name for c in ALL if c.reducing)
 ROOTED: Tuple[str, ...] = tuple(c.name for c in ALL if c.rooted)
@@ -71,5 +77,5 @@ def bus_factor(collective: str, world: int) -> float:
     return BY_NAME[collective].bus_factor(world)
 
 
-__all__ = ["Collective", "ALL", "NAMES", "BY_NAME", "BY_CODE", "REDUCING", "ROOTED",
+__all__ = ["Collective", "ALL", "NAMES", "SENDRECV", "PERF_NAMES", "BY_NAME", "BY_CODE", "REDUCING", "ROOTED",
            "BLOCKED", "bus_factor"]

@@ -43,6 +43,27 @@ def _op(op):
 _ND = np.ndarray
 
 
+ANY_TAG = _engine.ANY_TAG      # a recv that takes the next message from its source
+
+
+def _tag(tag, receiving=False):
+    """A message tag: an integer >= 0 (a receive may pass ANY_TAG)."""
+    if isinstance(tag, bool):
+        raise TypeError(f"tag must be an integer, got {tag!r}")
+    try:
+        tag = operator.index(tag)
+    except TypeError:
+        raise TypeError(f"tag must be an integer, got {tag!r}") from None
+    if tag < 0 and not (receiving and tag == ANY_TAG):
+        raise ValueError(f"tag must be >= 0{' or ANY_TAG' if receiving else ''}, got {tag}")
+    if tag >= _TAG_LIMIT:
+        raise ValueError(f"tag must be below 2**62, got {tag}")
+    return tag
+
+
+_TAG_LIMIT = 1 << 62
+
+
 def _root(root, world):
     """`root` as a rank of a job of `world` ranks: an integer (bool is not a rank) in
     range, else TypeError / ValueError before anything is published."""
@@ -206,11 +227,91 @@ class Communicator:
         got = self._engine.broadcast(xa, root, algo, async_op)
         return arrays.in_kind_of(got, async_op, x, xa, None, None)
 
+    def alltoall(self, x: Array, out: Optional[Array] = None, algo: Optional[str] = None,
+                 async_op: bool = False) -> Union[Array, Work]:
+        """x has shape (world_size, *s); rank r gets row r of every rank's x, stacked
+        in rank order (shape (world_size, *s)).  out must not overlap x."""
+        if type(x) is _ND and (out is None or type(out) is _ND):
+            return self._engine.alltoall(x, out, algo, async_op)
+        return self._any("alltoall", x, out, (algo,), async_op)
+
+    def alltoallv(self, x: Array, counts: Sequence[int],
+                  recv_counts: Optional[Sequence[int]] = None, out: Optional[Array] = None,
+                  async_op: bool = False) -> Union[np.ndarray, Work]:
+        """Rank r sends rows [sum(counts[:q]), sum(counts[:q+1])) of x to rank q and
+        gets the rows each rank sent it, concatenated in rank order.  The counts are
+        exchanged (and checked) by the call; recv_counts, if passed, must agree.
+        Rows are x's first dimension; the others must agree on every rank."""
+        xa, oa = arrays.as_numpy(x), arrays.as_out(out)
+        got = ragged.alltoallv(self, xa, counts, recv_counts, oa, async_op)
+        return arrays.in_kind_of(got, async_op, x, xa, out, oa)
+
+    # -- point-to-point ------------------------------------------------------
+    def send(self, x: Array, dst: int, tag: int = 0,
+             async_op: bool = False) -> Optional[Work]:
+        """Send x to rank `dst`, where a recv with this tag (or ANY_TAG) takes it.
+        Returns once x is in the channel (at once for a message that fits its free
+        slots); a larger one waits for the receiver (use sendrecv or async_op for
+        exchanges).  Messages to one rank arrive in order."""
+        if not (type(x) is _ND and type(dst) is int and 0 <= dst < self.world_size and
+                type(tag) is int and 0 <= tag < _TAG_LIMIT):
+            x, dst, tag = self._message(x), self._peer(dst, "dst"), _tag(tag)
+        return self._engine.p2p([("send", dst, tag, x)], None, async_op)
+
+    def recv(self, out: Array, src: int, tag: int = 0,
+             async_op: bool = False) -> Union[Array, Work]:
+        """Receive into `out` the first message from rank `src` with this tag
+        (ANY_TAG: any); its size and dtype must be out's, else MismatchError (the
+        message is dropped; the communicator stays usable).  Returns out."""
+        if (type(out) is _ND and type(src) is int and 0 <= src < self.world_size and
+                type(tag) is int and 0 <= tag < _TAG_LIMIT):
+            return self._engine.p2p([("recv", src, tag, out)], out, async_op)
+        oa = self._receive_buffer(out)
+        got = self._engine.p2p([("recv", self._peer(src, "src"), _tag(tag, True), oa)], oa,
+                               async_op)
+        return arrays.in_kind_of(got, async_op, None, None, out, oa)
+
+    def sendrecv(self, x: Array, dst: int, out: Optional[Array] = None,
+                 src: Optional[int] = None, tag: int = 0, recv_tag: Optional[int] = None,
+                 async_op: bool = False) -> Union[Array, Work]:
+        """Send x to `dst` while receiving from `src` (default: dst) into `out`
+        (default: a new array like x), the two progressing together, so ranks that
+        exchange with each other cannot deadlock.  Returns out."""
+        xa = self._message(x)
+        oa = np.empty_like(xa) if out is None else self._receive_buffer(out)
+        src = dst if src is None else src
+        recv_tag = tag if recv_tag is None else recv_tag
+        got = self._engine.p2p([("send", self._peer(dst, "dst"), _tag(tag), xa),
+                                ("recv", self._peer(src, "src"), _tag(recv_tag, True), oa)],
+                               oa, async_op)
+        return arrays.in_kind_of(got, async_op, x, xa, out, oa)
+
+    def _peer(self, rank, what):
+        try:
+            return _root(rank, self.world_size)
+        except (TypeError, ValueError) as e:
+            raise type(e)(str(e).replace("root", what, 1)) from None
+
+    @staticmethod
+    def _receive_buffer(out):
+        """The memory a message is received into (the engine checks that it is
+        writeable and C-contiguous: written in place, never through a copy)."""
+        if out is None:
+            raise TypeError("recv needs out, the array the message is received into")
+        return arrays.as_out(out)
+
+    @staticmethod
+    def _message(x):
+        return arrays.as_numpy(x)
+
     def _any(self, name, x, out, args, async_op):
         """A collective on anything but numpy arrays: device memory goes to the GPU
         path; host memory (tensors, DLPack, buffers) to the engine as numpy views of
         it, and the result comes back in the caller's kind (shmcoll.arrays)."""
         if is_device_array(x) or (x is None and is_device_array(out)):
+            if not hasattr(type(self._device()), name):
+                raise TypeError(f"{name} is not available for device arrays: pass host "
+                                f"arrays (numpy, CPU tensors)")
             return self._on_device(getattr(self._device(), name)(x, out, *args), async_op)
         xa = None if x is None else arrays.as_numpy(x)
         oa = arrays.as_out(out)

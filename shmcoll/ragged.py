@@ -1,5 +1,5 @@
-"""Uneven blocks (allgatherv, gatherv, scatterv, reduce_scatter with counts) and
-Python objects, composed from the engine's collectives.
+"""Uneven blocks (allgatherv, gatherv, scatterv, reduce_scatter with counts,
+alltoallv) and Python objects, composed from the engine's collectives.
 
 Every rank learns every block's shape first (one allgather of a small header), so
 ranks that disagree all raise the same MismatchError, and an argument one rank
@@ -8,7 +8,8 @@ call that rank will not make.  Then the data moves in one collective of blocks
 padded to the longest: rank r's block travels in rows
 [0, counts[r]) of its slot.  The padding costs bandwidth when blocks differ a lot
 (the collective moves P x the longest block instead of the sum); the result is
-compacted once into a fresh array in rank order.
+compacted once into a fresh array in rank order.  alltoallv pads nothing: after the
+header exchange its engine call moves each pair's rows as they are.
 
 Objects are pickled with protocol 5: numpy arrays and other contiguous buffers go
 out of band, copied once into the payload on the sender and unpickled as views of
@@ -164,6 +165,54 @@ def reduce_scatter_counts(comm, x, counts, op, algo):
                              for r in range(comm.world_size)])
     mine = comm.reduce_scatter(blocks, op=op, algo=algo)
     return mine[:counts[comm.rank]].copy()
+
+
+def alltoallv(comm, x, counts, recv_counts=None, out=None, async_op=False):
+    """Rank r sends rows [sum(counts[:q]), sum(counts[:q+1])) of x to rank q, and gets
+    the rows every rank sent it, concatenated in rank order.  One allgather of a
+    header (x's row shape, the counts and any recv_counts) lets every rank check every
+    other's before data moves."""
+    P, error, what = comm.world_size, None, "alltoallv"
+    x = np.asarray(x)
+    head, error = _shape_header(x, what)
+    given = np.full(P, -1, np.int64)
+    sends = np.zeros(P, np.int64)
+    if error is None:
+        try:
+            sends[:] = _counts(counts, P, what)
+            _check_rows(x, list(sends), what)
+            if recv_counts is not None:
+                given[:] = _counts(recv_counts, P, what + " recv_counts")
+        except (TypeError, ValueError) as e:
+            head[0], error = _REFUSED, e
+    heads = comm.allgather(np.concatenate([head, sends, given]))
+    _refuse_together([r for r in range(P) if heads[r, 0] == _REFUSED], what, error)
+    tails = heads[:, 1:2 + _MAX_DIMS]
+    differ = [r for r in range(P) if list(tails[r]) != list(tails[0])]
+    if differ:
+        shapes = [tuple(int(v) for v in h[2:1 + int(h[1])]) for h in heads]
+        raise MismatchError(f"{what}: ranks' rows differ in shape: "
+                            + ", ".join(f"rank {r} (rows, *{s})" for r, s in enumerate(shapes)),
+                            "shape", (0, differ[0]))
+    matrix = heads[:, 2 + _MAX_DIMS:2 + _MAX_DIMS + P]     # [sender, receiver] rows
+    wrong = [(r, q) for r in range(P) for q in range(P)
+             if heads[r, 2 + _MAX_DIMS + P + q] not in (-1, matrix[q, r])]
+    if wrong:
+        r, q = wrong[0]
+        raise MismatchError(f"{what}: rank {r} expects {heads[r, 2 + _MAX_DIMS + P + q]} rows "
+                            f"from rank {q}, which sends it {matrix[q, r]}", "count", (r, q))
+    receives = matrix[:, comm.rank]
+    row_bytes = x.itemsize * int(np.prod(x.shape[1:], dtype=np.int64))
+    shape = (int(receives.sum()),) + x.shape[1:]
+    if out is None:
+        out = np.empty(shape, x.dtype)
+    elif out.shape != shape or out.dtype != x.dtype:
+        raise ValueError(f"{what}: out has shape {out.shape} and dtype {out.dtype}, the rows "
+                         f"received need {shape} and {x.dtype}")
+    starts = np.concatenate([[0], np.cumsum(sends)[:-1]])
+    rstarts = np.concatenate([[0], np.cumsum(receives)[:-1]])
+    layout = np.concatenate([starts, sends, rstarts, receives]).astype(np.uint64) * row_bytes
+    return comm._engine.alltoallv(np.ascontiguousarray(x), out, layout, row_bytes, async_op)
 
 
 # -- objects -----------------------------------------------------------------------------

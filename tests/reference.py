@@ -62,6 +62,11 @@ def expected_result(case, P, rank):
         return make_input(root, shape, dt, op, seed)
     if collective == "scatter":
         return make_input(rank, shape, dt, op, seed)
+    if collective == "sendrecv":        # from rank - 1
+        return make_input((rank - 1) % P, shape, dt, op, seed)
+    if collective == "alltoall":        # row `rank` of every rank's (P, *shape) input
+        return np.stack([make_input(q, (P,) + tuple(shape), dt, op, seed)[rank]
+                         for q in range(P)])
     xs = [make_input(r, shape, dt, op, seed) for r in range(P)]
     if collective in ("allgather", "gather"):
         return np.stack(xs)
@@ -82,12 +87,15 @@ def bitwise_equal(a, b):
 
 
 def case_grid(P, dtype_ops, shapes, seed, algos_of=lambda coll: [None],
-              roots_of=lambda coll: [0]):
+              roots_of=lambda coll: [0], skip=()):
     """Cases (collective, shape, dtype, op, inplace, algo, seed, root) of every
-    collective x algorithm x root x (dtype, op) x shape, in place and not; copy-only
-    collectives with "sum" only, reduce_scatter's first dimension whole blocks of P."""
+    collective (and sendrecv, the ring shift) but `skip` x algorithm x root x
+    (dtype, op) x shape, in place and not; copy-only collectives with "sum" only,
+    reduce_scatter's first dimension whole blocks of P, alltoall's x (P, *shape)."""
     cases = []
     for coll in BY_NAME:
+        if coll in skip:
+            continue
         for algo in algos_of(coll):
             for root in roots_of(coll):
                 for dt, op in dtype_ops:

@@ -4,7 +4,7 @@ GPU path runs (cuda/path.VARIANTS), and the collectives themselves."""
 import pytest
 
 from shmcoll import _engine, collectives
-from shmcoll.cuda.path import VARIANTS
+from shmcoll.cuda.path import HOST_ONLY, VARIANTS
 from shmcoll.tuning.algorithms import REGISTRY, name_of_code
 
 
@@ -34,11 +34,12 @@ def test_the_gpu_path_runs_only_variants_the_cost_model_prices():
         for name, variants in algorithms.items():
             priced = {v for v, _, _ in REGISTRY[name].variants(coll, 4, 4096)}
             assert set(variants) <= priced, (coll, name, variants, priced)
-    assert set(VARIANTS) == set(collectives.NAMES)
+    assert set(VARIANTS) == set(collectives.NAMES) - set(HOST_ONLY)
 
 
 def test_collectives_are_the_engines_and_each_has_an_algorithm():
-    assert set(collectives.NAMES) == set(_engine.COLLECTIVE_CODES) - {"barrier"}
+    # alltoallv is alltoall's schedule over agreed byte ranges: nothing to choose
+    assert set(collectives.NAMES) == set(_engine.COLLECTIVE_CODES) - {"barrier", "alltoallv"}
     for c in collectives.ALL:
         assert _engine.COLLECTIVE_CODES[c.name] == c.code
         assert any(c.name in alg.COLLECTIVES for alg in REGISTRY.values()), c.name
@@ -55,5 +56,7 @@ def test_collective_properties():
     assert by["allreduce"].bus_factor(4) == 1.5
     assert by["broadcast"].bus_factor(4) == 1.0
     assert by["allgather"].bus_factor(4) == 0.75
+    assert by["alltoall"].bus_factor(4) == 0.75 and by["sendrecv"].bus_factor(4) == 1.0
+    assert by["alltoall"].priced_bytes(100, 4) == 100
     assert all(c.bus_factor(1) == 1.0 for c in collectives.ALL)
     assert by["gather"].result_on(1, 0) is False and by["gather"].result_on(0, 0) is True

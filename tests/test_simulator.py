@@ -194,7 +194,7 @@ def test_cli_sweep_table_steps_and_errors(tmp_path):
     res = run_cli("--per-node", "16", "--intra", "1GB/s:1us", "--algo", "tree,ring", "-e", "1M")
     assert res.returncode == 0 and "tree (binomial) -> ring at 10,353 B" in res.stdout
     assert run_cli("--intra", "warp-drive").returncode == 2
-    assert run_cli("allgather", "--algo", "rhd").returncode == 2
+    assert run_cli("allgather", "--algo", "bruck").returncode == 2
     assert run_cli("--nodes", "0").returncode == 2
     try:
         import matplotlib  # noqa: F401

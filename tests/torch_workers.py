@@ -155,10 +155,7 @@ def torch_specifics(comm, store_path):
     seen["zero"] = z.numel()
     # unsupported calls name themselves
     refused = {}
-    for name, call in (("all_to_all_single", lambda: dist.all_to_all_single(
-            torch.empty(P), torch.empty(P))),
-            ("send", lambda: dist.send(torch.empty(1), (r + 1) % P)),
-            ("recv", lambda: dist.recv(torch.empty(1), (r + 1) % P))):
+    for name, call in (("recv_from_any_source", lambda: dist.recv(torch.empty(1))),):
         try:
             call()
             refused[name] = None
@@ -268,3 +265,46 @@ def single_process_train(steps, micro, P):
             torch.nn.functional.mse_loss(model(xs[s, m]), ys[s, m]).backward()
         opt.step()
     return [p.detach().numpy().copy() for p in model.parameters()]
+
+
+def all_to_all_and_p2p(comm, store_path):
+    """all_to_all_single (even and split), all_to_all on lists of several sizes,
+    send/recv, and an exchange of large tensors both ways with batch_isend_irecv (a
+    deadlock unless the isend and irecv progress together)."""
+    import torch
+    dist = group(comm, store_path)
+    P, r = comm.world_size, comm.rank
+    seen = {}
+    x = torch.arange(P * 3, dtype=torch.float32) + 100 * r
+    out = torch.empty_like(x)
+    dist.all_to_all_single(out, x)
+    seen["even"] = out.tolist()
+    sends = [(r + q) % 3 for q in range(P)]
+    receives = [(q + r) % 3 for q in range(P)]
+    x = torch.arange(sum(sends) * 2, dtype=torch.int64).view(-1, 2) + 1000 * r
+    out = torch.empty((sum(receives), 2), dtype=torch.int64)
+    work = dist.all_to_all_single(out, x, receives, sends, async_op=True)
+    work.wait()
+    seen["split"] = out.tolist()
+    ins = [torch.full((q + 1, r + 1), float(r * 10 + q)) for q in range(P)]
+    outs = [torch.empty((r + 1, q + 1)) for q in range(P)]
+    dist.all_to_all(outs, ins)
+    seen["lists"] = [o.tolist() for o in outs]
+    if P > 1:
+        nxt, prv = (r + 1) % P, (r - 1) % P
+        if r % 2 == 0:
+            dist.send(torch.tensor([float(r)] * 3), nxt, tag=7)
+            got = torch.empty(3)
+            dist.recv(got, prv, tag=7)
+        else:
+            got = torch.empty(3)
+            dist.recv(got, prv, tag=7)
+            dist.send(torch.tensor([float(r)] * 3), nxt, tag=7)
+        seen["sendrecv"] = got.tolist()
+        big = torch.full((1 << 21,), float(r))
+        into = torch.empty(1 << 21)
+        ops = [dist.P2POp(dist.isend, big, nxt), dist.P2POp(dist.irecv, into, prv)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        seen["batch"] = (float(into[0]), float(into[-1]))
+    return seen

@@ -22,6 +22,8 @@ def _case_inputs(comm, collective, shape, dtype_name, op, seed, root, to=lambda 
         if r != root:
             return None, to(np.empty(shape, dtype_of(dtype_name)))
         return to(np.stack([make_input(q, shape, dtype_name, op, seed) for q in range(P)])), None
+    if collective == "alltoall":
+        return to(make_input(r, (P,) + tuple(shape), dtype_name, op, seed)), None
     return to(make_input(r, shape, dtype_name, op, seed)), None
 
 
@@ -191,6 +193,8 @@ def _call(comm, spec):
     elif kind == "scatter":
         x = np.ones((comm.world_size, count), dtype) if comm.rank == root else None
         out = np.empty(count, dtype)
+    elif kind == "alltoall":
+        x = np.ones((comm.world_size, count), dtype)
     return invoke(comm, kind, x, out, op, root, algo)
 
 

@@ -2,9 +2,12 @@
  *
  *   [0, 4096)                header
  *   ranks                    world x sc_rank_block
- *   channels                 world x world x sc_channel   (src * world + dst)
- *   slots (page aligned)     world x world x nslots x slot_bytes
+ *   channels                 2 x world x world x sc_channel   (src * world + dst):
+ *                            the collectives' table, then point-to-point's
+ *   slots (page aligned)     2 x world x world x nslots x slot_bytes
  *
+ * Point-to-point messages have channels of their own, so a message nobody has
+ * received yet never stands in the way of a collective's data, nor the reverse.
  * Slot pages are only touched for the channels an algorithm uses, so the
  * all-pairs table costs address space, not memory.  The file is sized sparsely; the
  * control part is reserved by the creator and each channel's slots by its sender
@@ -35,7 +38,8 @@ size_t sc_off_channels(int world)
 
 size_t sc_off_slots(int world)
 {
-    return round_up(sc_off_channels(world) + (size_t)world * world * sizeof(sc_channel), SC_PAGE);
+    return round_up(sc_off_channels(world) + SC_TABLES * (size_t)world * world * sizeof(sc_channel),
+                    SC_PAGE);
 }
 
 size_t sc_channel_bytes(uint64_t slot_bytes, uint32_t nslots)
@@ -57,8 +61,7 @@ int sc_reserve(int fd, size_t off, size_t len)
     return err == EOPNOTSUPP || err == ENOSYS ? 0 : err;
 }
 
-/* Backs the slots of our channel e with memory (once, before its first touch). */
-static int reserve_channel(sc_comm *c, sc_endpoint *e)
+int sc_reserve_channel(sc_comm *c, sc_endpoint *e)
 {
     size_t len = sc_channel_bytes(c->slot_bytes, c->nslots);
     int err = sc_reserve(c->fd, (size_t)(e->slots - c->base), len);
@@ -73,7 +76,8 @@ static int reserve_channel(sc_comm *c, sc_endpoint *e)
 
 size_t sc_segment_size(int world, const sc_params *p)
 {
-    return sc_off_slots(world) + (size_t)world * world * sc_channel_bytes(p->slot_bytes, p->nslots);
+    return sc_off_slots(world) +
+           SC_TABLES * (size_t)world * world * sc_channel_bytes(p->slot_bytes, p->nslots);
 }
 
 void *sc_map(int fd, size_t size, int *err)
@@ -165,18 +169,20 @@ int sc_segment_pids(const void *base, size_t size, int32_t *pids, int max)
     return n;
 }
 
-static void init_endpoints(sc_comm *c)
+/* The endpoints of table t (0: collectives, 1: point-to-point). */
+static void init_endpoints(sc_comm *c, int t, sc_endpoint *send, sc_endpoint *recv)
 {
     size_t chan_bytes = sc_channel_bytes(c->slot_bytes, c->nslots);
-    sc_channel *chans = (sc_channel *)(c->base + sc_off_channels(c->world));
-    char *slots = c->base + sc_off_slots(c->world);
+    size_t table = (size_t)t * c->world * c->world;
+    sc_channel *chans = (sc_channel *)(c->base + sc_off_channels(c->world)) + table;
+    char *slots = c->base + sc_off_slots(c->world) + table * chan_bytes;
     for (int peer = 0; peer < c->world; peer++) {
         size_t out_idx = (size_t)c->rank * c->world + peer;
         size_t in_idx = (size_t)peer * c->world + c->rank;
-        c->send[peer] = (sc_endpoint){ .ch = &chans[out_idx], .slots = slots + out_idx * chan_bytes,
-                                       .peer = peer };
-        c->recv[peer] = (sc_endpoint){ .ch = &chans[in_idx], .slots = slots + in_idx * chan_bytes,
-                                       .peer = peer };
+        send[peer] = (sc_endpoint){ .ch = &chans[out_idx], .slots = slots + out_idx * chan_bytes,
+                                    .peer = peer };
+        recv[peer] = (sc_endpoint){ .ch = &chans[in_idx], .slots = slots + in_idx * chan_bytes,
+                                    .peer = peer };
     }
 }
 
@@ -201,7 +207,7 @@ sc_comm *sc_attach(void *base, size_t size, int fd, int rank, int world, uint64_
         return NULL;
     }
     sc_comm *c = calloc(1, sizeof(*c));
-    sc_endpoint *eps = calloc(2 * (size_t)world, sizeof(sc_endpoint));
+    sc_endpoint *eps = calloc(2 * SC_TABLES * (size_t)world, sizeof(sc_endpoint));
     char *scratch = malloc(2 * (size_t)h->slot_bytes);
     if (!c || !eps || !scratch) {
         free(c);
@@ -222,6 +228,8 @@ sc_comm *sc_attach(void *base, size_t size, int fd, int rank, int world, uint64_
     c->params = *wait;
     c->send = eps;
     c->recv = eps + world;
+    c->p2p_send = eps + 2 * world;
+    c->p2p_recv = eps + 3 * world;
     c->scratch = scratch;
     c->err_peer = c->err_waited = -1;
 
@@ -237,11 +245,12 @@ sc_comm *sc_attach(void *base, size_t size, int fd, int rank, int world, uint64_
         return NULL;
     }
     atomic_store_explicit(&me->pid, (int32_t)getpid(), memory_order_release);
-    init_endpoints(c);
+    init_endpoints(c, 0, c->send, c->recv);
+    init_endpoints(c, 1, c->p2p_send, c->p2p_recv);
     /* First touch of our outgoing ring channel by its producer. */
     if (world > 1) {
         sc_endpoint *ring = &c->send[(rank + 1) % world];
-        int st = reserve_channel(c, ring);
+        int st = sc_reserve_channel(c, ring);
         if (st != SC_OK) {
             struct statvfs sv;
             int64_t free_bytes = fstatvfs(fd, &sv) == 0 ? (int64_t)(sv.f_bavail * sv.f_frsize) : -1;
@@ -337,8 +346,11 @@ void sc_detach(sc_comm *c, int failed)
     for (int peer = 0; peer < c->world; peer++) {
         sc_signal(&c->send[peer].ch->head, c->send[peer].seq);
         sc_signal(&c->recv[peer].ch->tail, c->recv[peer].seq);
+        sc_signal(&c->p2p_send[peer].ch->head, c->p2p_send[peer].seq);
+        sc_signal(&c->p2p_recv[peer].ch->tail, c->p2p_recv[peer].seq);
     }
     sc_signal(&me->barrier, c->barrier_seq);
+    sc_p2p_free_stash(c);
     free(c->send);
     free(c->scratch);
     free(c->wide);
@@ -370,7 +382,7 @@ int sc_barrier(sc_comm *c)
 int sc_send_acquire(sc_comm *c, sc_endpoint *e, void **slot)
 {
     if (!e->reserved)
-        SC_TRY(reserve_channel(c, e));
+        SC_TRY(sc_reserve_channel(c, e));
     if (e->seq - e->seen >= c->nslots)
         SC_TRY(sc_wait_ge(c, &e->ch->tail, e->seq - c->nslots + 1, e->peer,
                           "waiting for a free slot in the channel to", &e->seen));

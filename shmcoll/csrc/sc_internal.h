@@ -13,7 +13,8 @@
 #include "shmcoll.h"
 
 #define SC_MAGIC 0x6c6c6f636d687353ULL   /* "Sshmcoll" little-endian */
-#define SC_LAYOUT_VERSION 3u
+#define SC_LAYOUT_VERSION 4u
+#define SC_TABLES 2          /* channel tables: collectives, point-to-point */
 #define SC_LINE 128
 #define SC_PAGE 4096
 #define SC_MAX_WORLD 1024
@@ -104,7 +105,16 @@ typedef struct sc_endpoint {
     uint64_t checked;    /* the call of ours the peer's call was last checked against */
     int peer;
     int reserved;        /* send side: the channel's slot pages are backed by memory */
+    const void *owner;   /* point-to-point: the operation whose message is mid-channel */
 } sc_endpoint;
+
+/* A point-to-point message received ahead of the receive that matches it. */
+typedef struct sc_stashed {
+    struct sc_stashed *next;
+    int64_t tag, dtype;
+    uint64_t bytes;
+    char data[];
+} sc_stashed;
 
 struct sc_comm {
     char *base;
@@ -117,6 +127,8 @@ struct sc_comm {
     sc_params params;
     sc_endpoint *send;   /* indexed by destination rank */
     sc_endpoint *recv;   /* indexed by source rank */
+    sc_endpoint *p2p_send, *p2p_recv;   /* point-to-point's own channels */
+    sc_stashed **stash;  /* per source: messages received ahead of their receive */
     uint64_t barrier_seq;
     uint64_t call_seq;   /* calls published so far */
     sc_call call;        /* the current one */
@@ -176,6 +188,12 @@ int sc_rooted_gather(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 int sc_rooted_scatter(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 int sc_rooted_allreduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 int sc_rhd_allreduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_rhd_reduce_scatter(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_rhd_allgather(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+/* All-to-all (sc_alltoall.c). */
+int sc_direct_alltoall(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_direct_alltoallv(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_bruck_alltoall(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 
 /* Block b of `count` elements cut in `world` parts: [off, off+len), the first
  * count % world blocks one element longer. */
@@ -203,6 +221,8 @@ static inline size_t sc_div_up(size_t a, size_t b) { return (a + b - 1) / b; }
 
 static inline size_t sc_min(size_t a, size_t b) { return a < b ? a : b; }
 
+static inline size_t sc_max(size_t a, size_t b) { return a > b ? a : b; }
+
 /* The one error-propagation idiom: a step that fails ends the schedule with its
  * status (the communicator is marked broken by sc_run). */
 #define SC_TRY(expr)                    \
@@ -222,6 +242,19 @@ static inline int sc_use_stream(const sc_comm *c, size_t out_bytes)
 
 /* A process-local accumulator of at least `bytes` (NULL when out of memory). */
 void *sc_wide(sc_comm *c, size_t bytes);
+
+/* Point-to-point (sc_p2p.c): sc_p2p with a hook the group calls when all of its ops
+ * are stuck, before it waits: more() may append ops to ops[n..cap) and returns the
+ * new count (the progress thread adds the p2p works queued meanwhile). */
+typedef int (*sc_p2p_more)(void *ctx, sc_p2p_op **ops, int n, int cap);
+int sc_p2p_run(sc_comm *c, sc_p2p_op **ops, int n, int cap, sc_p2p_more more, void *ctx);
+/* Backs the slots of our channel e with memory (once, before its first touch). */
+int sc_reserve_channel(sc_comm *c, sc_endpoint *e);
+/* Frees the messages received ahead of a receive (at detach). */
+void sc_p2p_free_stash(sc_comm *c);
+/* Waits until flags[i] reaches targets[i] for some i (sc_wait.c). */
+int sc_wait_any(sc_comm *c, sc_flag *const *flags, const uint64_t *targets, const int *peers,
+                int n, const char *what, int *waited);
 
 /* Calls (sc_call.c): publish ours, check a peer's before using its data, and check
  * every peer not checked yet before returning, so that every rank learns of every

@@ -74,6 +74,106 @@ static void run(sc_progress *p, sc_work *w)
     }
 }
 
+/* Point-to-point works run as one group with the p2p works queued right behind
+ * them (also those queued while the group is stuck), so that an isend and the
+ * irecv issued after it progress together, as a blocking sendrecv would. */
+#define P2P_GROUP_OPS 256
+#define P2P_GROUP_WORKS 128
+
+typedef struct p2p_batch {
+    sc_progress *p;
+    sc_work *works[P2P_GROUP_WORKS];
+    int nworks;
+} p2p_batch;
+
+/* The next queued work, if it is a p2p work whose ops fit: taken off the queue. */
+static sc_work *take_p2p(sc_progress *p, int room)
+{
+    sc_work *w = NULL;
+    pthread_mutex_lock(&p->lock);
+    if (p->head && p->head != &p->stop && p->head->args.collective == SC_WORK_P2P &&
+        p->head->nops <= room) {
+        w = p->head;
+        p->head = w->next;
+        if (!p->head)
+            p->tail = NULL;
+        p->taken++;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return w;
+}
+
+static int absorb(void *ctx, sc_p2p_op **ops, int n, int cap)
+{
+    p2p_batch *b = ctx;
+    sc_work *w;
+    while (b->nworks < P2P_GROUP_WORKS && (w = take_p2p(b->p, cap - n))) {
+        b->works[b->nworks++] = w;
+        for (int i = 0; i < w->nops; i++)
+            ops[n++] = &w->ops[i];
+    }
+    return n;
+}
+
+/* A work's outcome after its group ran: its first op that did not succeed (a
+ * message that did not match), or the group's failure if any op of it was cut off. */
+static void settle_p2p(sc_progress *p, sc_work *w, int group_status)
+{
+    int cut_off = 0, first_bad = SC_OK;
+    for (int i = 0; i < w->nops; i++) {
+        int st = w->ops[i].status;
+        if (st < 0)
+            cut_off = 1;
+        else if (st != SC_OK && first_bad == SC_OK)
+            first_bad = st;
+    }
+    w->status = cut_off ? group_status : first_bad;
+    w->skipped = 0;
+    if (w->status != SC_OK) {
+        sc_comm *c = p->c;
+        w->err_peer = c->err_peer;
+        w->err_waited = c->err_waited;
+        w->err_what = c->err_what;
+    }
+}
+
+static void run_p2p(sc_progress *p, sc_work *first)
+{
+    static _Thread_local p2p_batch b;
+    sc_p2p_op *ops[P2P_GROUP_OPS];
+    int n = 0;
+    b.p = p;
+    b.nworks = 1;
+    b.works[0] = first;
+    for (int i = 0; i < first->nops && n < P2P_GROUP_OPS; i++)
+        ops[n++] = &first->ops[i];
+    n = absorb(&b, ops, n, P2P_GROUP_OPS);
+    int st = p->failed ? p->failed : SC_OK;
+    if (st == SC_OK && atomic_load_explicit(&p->c->closing, memory_order_acquire)) {
+        p->failure.err_peer = p->failure.err_waited = -1;
+        p->failure.err_what = "queued";
+        st = p->failed = SC_ECLOSED;
+    }
+    if (st != SC_OK) {
+        for (int i = 0; i < b.nworks; i++)
+            skip(p, b.works[i], st);
+    } else {
+        st = sc_p2p_run(p->c, ops, n, P2P_GROUP_OPS, absorb, &b);
+        for (int i = 0; i < b.nworks; i++)
+            settle_p2p(p, b.works[i], st);
+        if (st != SC_OK) {
+            p->failed = st;
+            p->failure = *b.works[b.nworks - 1];
+            p->failure.err_peer = p->c->err_peer;
+            p->failure.err_waited = p->c->err_waited;
+            p->failure.err_what = p->c->err_what;
+        }
+    }
+    /* each work may be freed once completed passes it: read the ticket first */
+    uint64_t last = b.works[b.nworks - 1]->ticket;
+    sc_signal(&p->completed, last);
+}
+
 static sc_work *take(sc_progress *p)
 {
     /* An idle thread spins (when cores are spare) then sleeps without yielding: the
@@ -99,6 +199,10 @@ static void *progress_main(void *arg)
         sc_work *w = take(p);
         if (w == &p->stop)
             return NULL;
+        if (w->args.collective == SC_WORK_P2P) {
+            run_p2p(p, w);
+            continue;
+        }
         run(p, w);
         uint64_t ticket = w->ticket;   /* w may be freed once completed passes it */
         sc_signal(&p->completed, ticket);

@@ -25,10 +25,12 @@ static const sc_schedule schedules[SC_NCOLLECTIVES][SC_NALGOS] = {
     [SC_COLL_REDUCE_SCATTER] = {
         [SC_ALGO_RING] = sc_ring_reduce_scatter,
         [SC_ALGO_DIRECT] = sc_direct_reduce_scatter,
+        [SC_ALGO_RHD_HALVING] = sc_rhd_reduce_scatter,
     },
     [SC_COLL_ALLGATHER] = {
         [SC_ALGO_RING] = sc_ring_allgather,
         [SC_ALGO_DIRECT] = sc_direct_allgather,
+        [SC_ALGO_RHD_DOUBLING] = sc_rhd_allgather,
     },
     [SC_COLL_BROADCAST] = {
         [SC_ALGO_RING] = sc_rooted_broadcast,
@@ -47,6 +49,13 @@ static const sc_schedule schedules[SC_NCOLLECTIVES][SC_NALGOS] = {
     [SC_COLL_SCATTER] = {
         [SC_ALGO_DIRECT] = sc_rooted_scatter,
         [SC_ALGO_TREE] = sc_rooted_scatter,
+    },
+    [SC_COLL_ALLTOALL] = {
+        [SC_ALGO_DIRECT] = sc_direct_alltoall,
+        [SC_ALGO_BRUCK] = sc_bruck_alltoall,
+    },
+    [SC_COLL_ALLTOALLV] = {
+        [SC_ALGO_DIRECT] = sc_direct_alltoallv,
     },
 };
 
@@ -69,6 +78,10 @@ static int reducing(int collective)
 static void run_alone(const sc_args *a, const sc_kernels *k)
 {
     size_t bytes = k ? a->count * k->itemsize : a->count;
+    if (a->collective == SC_COLL_ALLTOALLV) {   /* layout: {send off, len, recv off, len} */
+        memmove((char *)a->out + a->layout[2], (const char *)a->x + a->layout[0], a->layout[3]);
+        return;
+    }
     if (a->collective != SC_COLL_BROADCAST && a->out != a->x)
         memmove(a->out, a->x, bytes);
 }

@@ -238,3 +238,51 @@ int sc_wait_local(sc_flag *f, uint64_t target, uint64_t spin_ns, uint64_t yield_
     }
     return SC_ETIMEDOUT;
 }
+
+/* Index of the first flag that reached its target, or -1. */
+static int first_reached(sc_flag *const *flags, const uint64_t *targets, int n)
+{
+    uint64_t v;
+    for (int i = 0; i < n; i++)
+        if (reached(flags[i], targets[i], &v))
+            return i;
+    return -1;
+}
+
+#define ANY_SLICE_NS 1000000ull   /* 1 ms: a sleeper watches one flag, and looks at all */
+
+int sc_wait_any(sc_comm *c, sc_flag *const *flags, const uint64_t *targets, const int *peers,
+                int n, const char *what, int *waited)
+{
+    if (n == 1) {
+        *waited = 0;
+        return sc_wait_ge(c, flags[0], targets[0], peers[0], what, NULL);
+    }
+    uint64_t start = sc_now_ns(), now = start, v;
+    uint64_t spin_ns = sc_on_progress_thread ? sc_progress_spin_ns : c->params.spin_ns;
+    uint64_t yield_ns = sc_on_progress_thread ? sc_progress_yield_ns : c->params.yield_ns;
+    uint64_t deadline = deadline_of(start, c->params.timeout_s);
+    for (uint64_t turn = 0;; turn++) {
+        if ((*waited = first_reached(flags, targets, n)) >= 0)
+            return SC_OK;
+        if (now - start < spin_ns) {
+            for (int i = 0; i < 64; i++)
+                cpu_relax();
+        } else if (now - start < spin_ns + yield_ns) {
+            sched_yield();
+        } else {
+            /* One futex at a time, in turn, briefly: a change of any other flag is
+             * seen within a slice. */
+            int i = (int)(turn % (uint64_t)n);
+            if (sleep_once(flags[i], targets[i], ANY_SLICE_NS, &v)) {
+                *waited = i;
+                return SC_OK;
+            }
+            for (int j = 0; j < n; j++)
+                SC_TRY(give_up(c, peers[j], what));
+            if (sc_now_ns() >= deadline)
+                return fail(c, SC_ETIMEDOUT, peers[0], what);
+        }
+        now = sc_now_ns();
+    }
+}

@@ -24,6 +24,8 @@ typedef enum sc_status {
     SC_ENOMEM = 11,     /* process memory could not be allocated */
     SC_ENOSPACE = 12,   /* /dev/shm is too full to back a channel of the segment */
     SC_EREFUSED = 13,   /* a rank was refused at join; the job cannot form */
+    SC_ETRUNCATE = 14,  /* a message's size or type differs from its receive's (the
+                         * message was discarded; the communicator stays usable) */
 } sc_status;
 
 /* Why a rank was refused at join (sc_refuse); every rank of the job reports it. */
@@ -51,7 +53,8 @@ typedef enum sc_call_field {
 
 typedef enum sc_collective {
     SC_COLL_BARRIER = 1, SC_COLL_ALLREDUCE, SC_COLL_REDUCE_SCATTER, SC_COLL_ALLGATHER,
-    SC_COLL_BROADCAST, SC_COLL_REDUCE, SC_COLL_GATHER, SC_COLL_SCATTER, SC_NCOLLECTIVES
+    SC_COLL_BROADCAST, SC_COLL_REDUCE, SC_COLL_GATHER, SC_COLL_SCATTER, SC_COLL_ALLTOALL,
+    SC_COLL_ALLTOALLV, SC_NCOLLECTIVES
 } sc_collective;
 
 /* Schedules.  The Python layer names them (ring, direct, tree, rhd, naive) and picks
@@ -61,9 +64,10 @@ typedef enum sc_algo {
     SC_ALGO_DIRECT = 1,        /* star rooted ops; one-shot AllReduce; direct RS/AG */
     SC_ALGO_DIRECT_TWO_SHOT = 2, /* AllReduce = direct ReduceScatter + direct AllGather */
     SC_ALGO_TREE = 3,          /* binomial trees; AllReduce = Reduce + Broadcast, pipelined */
-    SC_ALGO_RHD_DOUBLING = 4,  /* recursive-doubling AllReduce */
+    SC_ALGO_RHD_DOUBLING = 4,  /* recursive-doubling AllReduce and AllGather */
     SC_ALGO_RHD_HALVING = 5,   /* Rabenseifner: recursive halving RS + doubling AG */
     SC_ALGO_NAIVE = 6,         /* AllReduce = star Reduce to rank 0 + star Broadcast */
+    SC_ALGO_BRUCK = 7,         /* Bruck's log-step all-to-all */
     SC_NALGOS
 } sc_algo;
 
@@ -124,6 +128,10 @@ void sc_request_close(sc_comm *c);
  *   allgather, gather          bytes of x (out holds world x count bytes)
  *   scatter                    bytes of out (x, on the root, holds world x count)
  *   broadcast                  bytes of x (in place: out is unused)
+ *   alltoall                   bytes of one block (x and out hold world x count)
+ *   alltoallv                  bytes of one row; `layout` holds the byte offsets and
+ *                              lengths (send offsets, send lengths, receive offsets,
+ *                              receive lengths: world of each), agreed by the ranks
  * Copy-only collectives take dtype = -1.  x of a non-root scatter and out of a
  * non-root reduce/gather are unused (may be NULL); root is -1 when not rooted. */
 typedef struct sc_args {
@@ -131,12 +139,48 @@ typedef struct sc_args {
     const void *x;
     void *out;
     size_t count;
+    const uint64_t *layout;     /* alltoallv only */
 } sc_args;
 
 int sc_barrier(sc_comm *c);
 int sc_run(sc_comm *c, const sc_args *a);
 /* Whether sc_run implements (collective, algo). */
 int sc_implements(int collective, int algo);
+
+/* Point-to-point (sc_p2p.c).  Messages travel on channels of their own, one per
+ * ordered pair, in order; a receive takes the first message from its source whose
+ * tag matches (SC_ANY_TAG: any), and a message that arrives ahead of its receive
+ * (another tag) is kept in process memory until one matches it.  A send returns once
+ * the whole message is in the channel (at once when it fits the free slots); a
+ * message must then be received before the sender's next one to that rank can
+ * follow it.  sc_p2p runs a group of operations together, each advancing as its
+ * peer allows, so that exchanges (sendrecv, a batch of isend/irecv) cannot deadlock
+ * on each other. */
+#define SC_ANY_TAG (-1)
+enum { SC_P2P_SEND = 1, SC_P2P_RECV = 2 };
+
+typedef struct sc_p2p_op {
+    int kind;                /* SC_P2P_SEND or SC_P2P_RECV */
+    int peer;
+    int64_t tag;             /* >= 0; a receive may pass SC_ANY_TAG */
+    int64_t dtype;           /* a type code both sides must agree on */
+    void *buf;               /* send: read; receive: written */
+    uint64_t bytes;          /* a receive's message must be exactly this long */
+    /* outcome: SC_OK, SC_ETRUNCATE (-1: cut off by the group's failure); for a
+     * receive, the tag, length and type of the message it matched */
+    int status;
+    int64_t got_tag, got_dtype;
+    uint64_t got_bytes;
+    /* the engine's progress through it */
+    uint64_t done;
+    int state;
+    void *stashing;
+} sc_p2p_op;
+
+/* Runs ops[0..n) to completion: SC_OK when every one ended SC_OK or SC_ETRUNCATE
+ * (each op's status says which), else the failure that stopped them (the
+ * communicator is then broken: a message is mid-channel). */
+int sc_p2p(sc_comm *c, sc_p2p_op *const *ops, int n);
 
 /* Nonblocking calls (sc_progress.c).  A communicator's progress thread runs the
  * works submitted to it one by one in submission order, exactly as sc_run /
@@ -145,8 +189,13 @@ int sc_implements(int collective, int algo);
  * the GIL and runs no signal handlers.  After a work fails, the later ones are not
  * run: they complete with the same status (and `skipped` set), as a blocking call
  * on a broken communicator would refuse to run. */
+#define SC_WORK_P2P 0x7000      /* a work's collective field: point-to-point ops */
 typedef struct sc_work {
-    sc_args args;             /* collective SC_COLL_BARRIER: a barrier */
+    sc_args args;             /* collective SC_COLL_BARRIER: a barrier; SC_WORK_P2P:
+                               * nops point-to-point ops, run together with the p2p
+                               * works queued right after it */
+    sc_p2p_op *ops;
+    int nops;
     struct sc_work *next;     /* the queue's link */
     uint64_t ticket;          /* the work's place in submission order, from 1 */
     int status;               /* SC_OK or why it failed */

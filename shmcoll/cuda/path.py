@@ -7,6 +7,7 @@ MismatchError on every rank and a dead peer PeerLostError, before any device wor
 The IPC buffers are set up at the first call (a collective step of its own).
 """
 import math
+from typing import Dict, Tuple
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from shmcoll.tuning import calibration
 from shmcoll.tuning.decider import Decider
 
 # What the GPU path implements: {collective: {algorithm: (variant, ...)}}.
-VARIANTS = {
+VARIANTS: Dict[str, Dict[str, Tuple[str, ...]]] = {
     "allreduce": {"direct": ("one-shot", "two-shot"), "ring": ("ring",)},
     "reduce_scatter": {"direct": ("direct",), "ring": ("ring",)},
     "allgather": {"direct": ("direct",), "ring": ("ring",)},
@@ -31,6 +32,8 @@ VARIANTS = {
     "gather": {"direct": ("star",)},
     "scatter": {"direct": ("star",)},
 }
+# Collectives of host arrays only: a device array is refused with a TypeError.
+HOST_ONLY = ("alltoall",)
 # (collective, algorithm, variant) -> its number in the call descriptor
 _LABELS = {(c, a, v): i for i, (c, a, v) in enumerate(
     (c, a, v) for c, algs in VARIANTS.items() for a, vs in algs.items() for v in vs)}

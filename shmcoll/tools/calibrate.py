@@ -32,7 +32,7 @@ def _pairs(device):
     """(collective, algorithm) pairs to measure: all, or those of the GPU path."""
     if device:
         from shmcoll.cuda.path import VARIANTS
-        return [(c, a) for c in COLLECTIVES for a in VARIANTS[c]]
+        return [(c, a) for c in COLLECTIVES for a in VARIANTS.get(c, ())]
     return [(c, name) for c in COLLECTIVES for name, alg in REGISTRY.items()
             if c in alg.COLLECTIVES]
 

@@ -6,10 +6,12 @@ nccl-tests' type names (float, half, double, bfloat16, int8, ..., or all) as wel
 numpy's, -o all sweeps sum, prod, max, min and avg.  Size is the bytes of the full
 vector (allreduce, reduce,
 broadcast: x; reduce_scatter: x on each rank; allgather, gather: the gathered
-output; scatter: the root's x); time is the max over ranks of the mean per-call
-time; algbw = size / time; busbw = algbw x 2(P-1)/P for allreduce, x 1 for broadcast
-and reduce, x (P-1)/P for the others.  Broadcast is always in place, so its two
-columns time the same call.
+output; scatter: the root's x; alltoall: x on each rank); time is the max over ranks of the mean per-call
+time; algbw = size / time; busbw = algbw x 2(P-1)/P for allreduce, x 1 for broadcast,
+reduce and sendrecv, x (P-1)/P for the others (alltoall included).  Broadcast is
+always in place, so its two columns time the same call; alltoall and sendrecv have no
+in-place form, so theirs time the out-of-place call again.  sendrecv is nccl-tests'
+ring shift: every rank sends x to r+1 while receiving from r-1 (size: x).
 """
 import argparse
 import json
@@ -18,7 +20,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from shmcoll.collectives import BY_NAME, NAMES, ROOTED, bus_factor
+from shmcoll.collectives import BY_NAME, PERF_NAMES, ROOTED, SENDRECV, bus_factor
 from shmcoll.tools.harness import Case, auto_iters, size_sweep, time_calls
 
 HELP = "throughput tester in the style of nccl-tests"
@@ -57,7 +59,8 @@ def run_size(comm, collective, nbytes, dtype, op, algo, iters, warmup, check, in
     wrong = case.check(inplace) if check else 0
     wrong = int(comm.allreduce(np.array([wrong], np.int64))[0])
     algbw = case.nbytes / seconds / 1e9 if seconds > 0 else 0.0
-    chosen = comm.algorithm_for(collective, case.nbytes, algo, device=device)
+    chosen = "p2p" if collective == SENDRECV.name else \
+        comm.algorithm_for(collective, case.nbytes, algo, device=device)
     return Row(collective, comm.world_size, case.nbytes, case.count, str(case.dtype),
                op if BY_NAME[collective].reducing else "none", chosen, inplace, seconds * 1e6,
                algbw, algbw * bus_factor(collective, comm.world_size), wrong,
@@ -126,7 +129,7 @@ def sweep_worker(comm, opts):
     algos = algorithms_for(opts.collective) if opts.algo == "all" else [opts.algo]
     if device and opts.algo == "all":
         from shmcoll.cuda.path import VARIANTS
-        algos = list(VARIANTS[opts.collective])
+        algos = list(VARIANTS.get(opts.collective, ())) or [None]
     sizes = size_sweep(opts.minbytes, opts.maxbytes, opts.factor)
     rows, by_algo, lead = [], {}, comm.rank == 0
     points = [(dtype, op, nbytes) for dtype in opts.dtypes for op in opts.ops
@@ -186,7 +189,7 @@ def run(opts):
 def add_arguments(p):
     from shmcoll._core.sizes import parse_size
     from shmcoll.ops import ReduceOp
-    p.add_argument("collective", choices=NAMES)
+    p.add_argument("collective", choices=PERF_NAMES)
     p.add_argument("-np", "--nprocs", dest="np", type=int, default=2, help="number of ranks")
     p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("8"))
     p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("64M"))

@@ -13,19 +13,24 @@ all_reduce / reduce / broadcast  allreduce / reduce / broadcast
 all_gather(_into_tensor)         allgather
 reduce_scatter(_tensor)          reduce_scatter
 gather / scatter / barrier       gather / scatter / barrier
+all_to_all_single                alltoall (even split), alltoallv (split sizes)
+all_to_all (lists)               alltoallv over the tensors packed end to end
+send / recv (isend, irecv)       send / recv, nonblocking (batch_isend_irecv: the
+                                 progress thread runs queued p2p calls together)
 coalesced variants               one call per dtype (allreduce), else one per tensor
 
 Reduce ops: SUM, PRODUCT, MIN, MAX, BAND, BOR, BXOR, AVG (the sum divided by the
 group's size; floor division on integers) and PREMUL_SUM (each input scaled by its
 factor first).  On bool tensors SUM is a logical or and PRODUCT a logical and, as in
-NCCL.  all_to_all, send and recv are refused with a RuntimeError naming the call.
+NCCL.  recv from any source and monitored_barrier are refused with a RuntimeError
+naming the call.
 A call's ``timeout`` option is not used: the group's timeout (init_process_group's)
 bounds every wait.
 """
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import (AllgatherOptions, AllreduceCoalescedOptions,
-                                        AllreduceOptions, BarrierOptions,
+                                        AllreduceOptions, AllToAllOptions, BarrierOptions,
                                         BroadcastOptions, GatherOptions, ReduceOptions,
                                         ReduceScatterOptions, ScatterOptions)
 
@@ -413,24 +418,102 @@ class ProcessGroupShmcoll(dist.ProcessGroup):
             return [work] if async_op else None
         return self._issue("barrier", opts, [], start)
 
-    # -- not (yet) provided --------------------------------------------------
+    # -- all-to-all and point-to-point -----------------------------------------
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes,
+                          opts=None):
+        """Rows of input's first dimension go to each rank: equal blocks (alltoall)
+        without split sizes, else input_split_sizes rows to rank q and
+        output_split_sizes rows from it (alltoallv)."""
+        opts = AllToAllOptions() if opts is None else opts
+        other = self._elsewhere("all_to_all_single", input)
+        if other is not None:
+            return other.alltoall_base(output, input, output_split_sizes, input_split_sizes,
+                                       opts)
+        if output.dtype != input.dtype:
+            raise RuntimeError(f"shmcoll backend: all_to_all_single needs one dtype, got "
+                               f"{input.dtype} and {output.dtype}")
+        dst, copied = _dense(output)
+        src = input.contiguous()
+        if not output_split_sizes and not input_split_sizes:
+            if input.numel() % self._size or output.numel() != input.numel():
+                raise RuntimeError(
+                    f"shmcoll backend: all_to_all_single without split sizes needs input "
+                    f"and output of one size divisible by {self._size}, got "
+                    f"{input.numel()} and {output.numel()} elements")
+            x, out = _np(src.view(self._size, -1)), _np(dst.view(self._size, -1))
+
+            def start(async_op):
+                return [self.comm.alltoall(x, out=out, async_op=async_op)]
+        else:
+            sends = list(input_split_sizes) or self._even(input, "input")
+            receives = list(output_split_sizes) or self._even(output, "output")
+            x, out = _np(src), _np(dst)
+
+            def start(async_op):
+                return [self.comm.alltoallv(x, sends, receives, out=out, async_op=async_op)]
+        return self._issue("all_to_all_single", opts, [output], start,
+                           (lambda: output.copy_(dst)) if copied else None)
+
+    alltoall_base = all_to_all_single          # (its name before torch 2.13)
+
+    def _even(self, t, what):
+        if t.dim() == 0 or t.shape[0] % self._size:
+            raise RuntimeError(f"shmcoll backend: all_to_all_single: the {what} rows "
+                               f"({tuple(t.shape)}) do not split evenly over {self._size}")
+        return [t.shape[0] // self._size] * self._size
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        """all_to_all on lists: input_tensors[q] to rank q, output_tensors[q] from it
+        (sizes may differ by pair): one alltoallv over the tensors packed end to end."""
+        opts = AllToAllOptions() if opts is None else opts
+        self._check_count("all_to_all", input_tensors)
+        self._check_count("all_to_all", output_tensors)
+        other = self._elsewhere("all_to_all", input_tensors[0])
+        if other is not None:
+            return other.alltoall(output_tensors, input_tensors, opts)
+        dtype = input_tensors[0].dtype
+        if any(t.dtype != dtype for t in list(input_tensors) + list(output_tensors)):
+            raise RuntimeError("shmcoll backend: all_to_all needs tensors of one dtype")
+        flat = torch.cat([t.reshape(-1) for t in input_tensors])
+        received = torch.empty(sum(t.numel() for t in output_tensors), dtype=dtype)
+        sends = [t.numel() for t in input_tensors]
+        receives = [t.numel() for t in output_tensors]
+        x, out = _np(flat), _np(received)
+
+        def start(async_op):
+            return [self.comm.alltoallv(x, sends, receives, out=out, async_op=async_op)]
+
+        def finish():
+            at = 0
+            for t in output_tensors:
+                t.copy_(received[at:at + t.numel()].view(t.shape))
+                at += t.numel()
+        return self._issue("all_to_all", opts, output_tensors, start, finish)
+
+    def send(self, tensors, dst, tag=0):
+        t = self._one("send", tensors)
+        other = self._elsewhere("send", t)
+        if other is not None:
+            return other.send(tensors, dst, tag)
+        x = _np(t.contiguous())
+        return self._issue("send", None, [], lambda async_op: [
+            self.comm.send(x, dst, tag, async_op=True)])
+
+    def recv(self, tensors, src, tag=0):
+        t = self._one("recv", tensors)
+        other = self._elsewhere("recv", t)
+        if other is not None:
+            return other.recv(tensors, src, tag)
+        dst, copied = _dense(t)
+        out = _np(dst)
+        return self._issue("recv", None, tensors, lambda async_op: [
+            self.comm.recv(out, src, tag, async_op=True)],
+            (lambda: t.copy_(dst)) if copied else None)
+
+    # -- not provided ---------------------------------------------------------
     def _unsupported(self, name):
         raise RuntimeError(f"shmcoll backend does not support {name} (use a 'gloo' group "
                            f"for it: dist.new_group(backend='gloo'))")
-
-    def alltoall(self, *args, **kwargs):
-        self._unsupported("all_to_all")
-
-    def all_to_all_single(self, *args, **kwargs):
-        self._unsupported("all_to_all_single")
-
-    alltoall_base = all_to_all_single
-
-    def send(self, *args, **kwargs):
-        self._unsupported("send")
-
-    def recv(self, *args, **kwargs):
-        self._unsupported("recv")
 
     def recv_anysource(self, *args, **kwargs):
         self._unsupported("recv (from any source)")

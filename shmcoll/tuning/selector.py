@@ -214,6 +214,8 @@ def describe(world, model=None, collectives=ALL_COLLECTIVES, max_bytes=1 << 40, 
         model = model_for(world)[0]
     rules = []
     for coll in collectives:
+        if variants is not None and coll not in variants:
+            continue        # (not on that path)
         pick = (lambda n, c=coll: choose(c, world, n, model=model,
                                          variants=variants[c] if variants else None))
         lo = 0

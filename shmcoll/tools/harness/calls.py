@@ -33,6 +33,11 @@ def bind(comm, collective, x, out=None, op="sum", root=0, algo=None, async_op=Fa
         return lambda: c.scatter(x, out, root, algo)
     if collective == "broadcast":
         return lambda: c.broadcast(x, root, algo)
+    if collective == "alltoall":
+        return lambda: c.alltoall(x, out, algo)
+    if collective == "sendrecv":    # nccl-tests' ring shift: to r+1, from r-1
+        P, r = comm.world_size, comm.rank
+        return lambda: c.sendrecv(x, (r + 1) % P, out, (r - 1) % P)
     if collective == "barrier":
         return c.barrier
     raise ValueError(f"unknown collective {collective!r}")
@@ -47,7 +52,7 @@ def in_place(comm, collective, x, out, root=0):
     """(x, out) for the in-place form of a call on x: out is x (allreduce, reduce),
     this rank's block of x (reduce_scatter), the root's own row of x (scatter), or x
     is this rank's row of out, written there first (allgather, gather).  Broadcast is
-    in place anyway."""
+    in place anyway; alltoall and sendrecv have no in-place form (x, out as given)."""
     r = comm.rank
     if collective in ("allreduce", "reduce"):
         return x, x

@@ -55,7 +55,8 @@ class Case:
             "allreduce": ((count,), (count,)), "reduce": ((count,), (count,)),
             "broadcast": ((count,), None), "reduce_scatter": ((count,), (block,)),
             "allgather": ((block,), (P, block)), "gather": ((block,), (P, block)),
-            "scatter": ((P, block), (block,)),
+            "scatter": ((P, block), (block,)), "alltoall": ((P, block), (P, block)),
+            "sendrecv": ((count,), (count,)),
         }[collective]
         self.host_x = np.empty(shapes[0], dtype)
         self.host_out = np.empty(shapes[1], dtype) if shapes[1] else None
@@ -97,6 +98,13 @@ class Case:
         coll = self.collective
         if not BY_NAME[coll].result_on(r, self.root):
             return None
+        if coll == "sendrecv":      # rank r-1's input
+            blocks = [(s, min(CHECK_BLOCK, self.count - s)) for s in range(0, self.count, CHECK_BLOCK)]
+            return blocks, lambda start, n: rank_input((r - 1) % P, n, self.dtype, start)
+        if coll == "alltoall":      # row q: rank q's input at row r
+            expect = lambda start, n: rank_input(start // m, n, self.dtype, r * m + start % m)
+            blocks = [(q * m + s, min(CHECK_BLOCK, m - s)) for q in range(P) for s in range(0, m, CHECK_BLOCK)]
+            return blocks, expect
         if coll in ("allgather", "gather"):
             expect = lambda start, n: rank_input(start // m, n, self.dtype, start % m)
             blocks = [(q * m + s, min(CHECK_BLOCK, m - s)) for q in range(P) for s in range(0, m, CHECK_BLOCK)]

@@ -1,9 +1,9 @@
 """One module per algorithm; each declares the collectives it implements and, per
 collective, its variants with their cost terms (algorithms.terms).  Adding an
 algorithm is one module plus one entry in REGISTRY."""
-from shmcoll.tuning.algorithms import direct, naive, rhd, ring, tree
+from shmcoll.tuning.algorithms import bruck, direct, naive, rhd, ring, tree
 
-REGISTRY = {alg.NAME: alg for alg in (ring, direct, tree, rhd, naive)}
+REGISTRY = {alg.NAME: alg for alg in (ring, direct, tree, rhd, naive, bruck)}
 
 # (engine code, collective) -> (algorithm, variant), for logs and mismatch reports.
 _VARIANT_OF_CODE = {}

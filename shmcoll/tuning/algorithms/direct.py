@@ -6,13 +6,16 @@ shared-memory-native way (one synchronisation instead of a chain of them).
   two-shot AllReduce   direct ReduceScatter (block q to rank q, reduced in rank
                        order) then direct AllGather, interleaved chunk by chunk
   ReduceScatter, AllGather   the two halves on their own
+  AllToAll             block q to rank q, every pair at once (staggered: r+1, r+2, …)
   Broadcast, Reduce, Gather, Scatter   a star around the root
-C: csrc/sc_direct.c, csrc/sc_rooted.c (star).  n as in shmcoll.collectives:
+C: csrc/sc_direct.c, csrc/sc_alltoall.c, csrc/sc_rooted.c (star).  n as in
+shmcoll.collectives:
 
     allreduce one-shot   α +  (P-1)·o +  2n(P-1)·β +  n(P-1)·γ
     allreduce two-shot  2α + 2(P-1)·o + 4n(P-1)/P·β + n(P-1)/P·γ
     reduce_scatter       α +  (P-1)·o + 2n(P-1)/P·β + n(P-1)/P·γ
     allgather            α +  (P-1)·o + 2n(P-1)/P·β
+    alltoall             α +  (P-1)·o + 2n(P-1)/P·β
     broadcast            α +  (P-1)·o +   n(P-1)·β
     reduce               α +  (P-1)·o +   n(P-1)·β +  n(P-1)·γ
     gather, scatter      α +  (P-1)·o +  n(P-1)/P·β
@@ -27,7 +30,7 @@ CODE = SCHEDULE_CODES["direct"]
 CODE_TWO_SHOT = SCHEDULE_CODES["direct_two_shot"]
 DESCRIPTION = "one step, every peer at once: one-shot/two-shot AllReduce, star rooted ops"
 COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "gather",
-               "scatter")
+               "scatter", "alltoall")
 
 
 def variants(collective, world, nbytes):
@@ -39,6 +42,7 @@ def variants(collective, world, nbytes):
     terms = {
         "reduce_scatter": Terms(1, p - 1, 2 * share, share),
         "allgather": Terms(1, p - 1, 2 * share, 0),
+        "alltoall": Terms(1, p - 1, 2 * share, 0),
         "broadcast": Terms(1, p - 1, n * (p - 1), 0),
         "reduce": Terms(1, p - 1, n * (p - 1), n * (p - 1)),
         "gather": Terms(1, p - 1, share, 0),
@@ -58,7 +62,7 @@ def rounds(collective, world, variant=None):
         if variant == "two-shot":
             return [all_pairs_round(p, 1.0 / p, True), all_pairs_round(p, 1.0 / p, False)]
         return [all_pairs_round(p, 1.0, True)]
-    if collective in ("reduce_scatter", "allgather"):
+    if collective in ("reduce_scatter", "allgather", "alltoall"):
         return [all_pairs_round(p, 1.0 / p, collective == "reduce_scatter")]
     star = {"broadcast": (1.0, False, False), "reduce": (1.0, True, True),
             "gather": (1.0 / p, True, False), "scatter": (1.0 / p, False, False)}

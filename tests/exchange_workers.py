@@ -1,0 +1,221 @@
+"""Rank functions of test_alltoall and test_p2p (module level, so spawned ranks import
+them).  Every rank can compute any rank's input, so each rank checks its own result
+against numpy and returns the problems it found (a list of strings; [] is a pass)."""
+import numpy as np
+
+from reference import dtype_of
+from shmcoll import ANY_TAG
+from shmcoll.errors import MismatchError
+
+
+def data(rank, shape, dt, seed=0):
+    """Rank's array: distinct small integers, exact in every dtype."""
+    rng = np.random.default_rng([seed, rank, int(np.prod(shape, dtype=np.int64))])
+    return rng.integers(0, 100, shape).astype(dtype_of(dt))
+
+
+def _check(problems, what, got, want):
+    if got.dtype != want.dtype or got.shape != want.shape or got.tobytes() != want.tobytes():
+        problems.append(f"{what}: got {got.dtype} {got.shape}, expected {want.dtype} {want.shape}")
+
+
+def alltoall_cases(comm, cases):
+    """cases: (dtype, row shape, algo).  x is (P, *row) per rank; row q goes to rank q."""
+    P, r, problems = comm.world_size, comm.rank, []
+    for dt, row, algo in cases:
+        shape = (P,) + tuple(row)
+        got = comm.alltoall(data(r, shape, dt), algo=algo)
+        want = np.stack([data(q, shape, dt)[r] for q in range(P)]) if P else None
+        _check(problems, f"alltoall {dt} {row} {algo}", got, want)
+        out = np.empty(shape, dtype_of(dt))
+        work = comm.alltoall(data(r, shape, dt, 1), out=out, algo=algo, async_op=True)
+        assert work.wait() is out
+        _check(problems, f"alltoall async {dt} {row} {algo}", out,
+               np.stack([data(q, shape, dt, 1)[r] for q in range(P)]))
+    return problems
+
+
+def counts_of(sender, P, scale):
+    """Rows `sender` sends to each rank: ragged, with zeros."""
+    return [((sender * 3 + q * 5) % 4) * scale for q in range(P)]
+
+
+def alltoallv_cases(comm, cases):
+    """cases: (dtype, row tail, scale): rank s sends counts_of(s)[q] rows to rank q."""
+    P, r, problems = comm.world_size, comm.rank, []
+    for dt, tail, scale in cases:
+        def rows_of(s):
+            return data(s, (sum(counts_of(s, P, scale)),) + tuple(tail), dt, 2)
+        counts = counts_of(r, P, scale)
+        got = comm.alltoallv(rows_of(r), counts)
+        parts = []
+        for q in range(P):
+            cq = counts_of(q, P, scale)
+            start = sum(cq[:r])
+            parts.append(rows_of(q)[start:start + cq[r]])
+        want = np.concatenate(parts)
+        _check(problems, f"alltoallv {dt} {tail} {scale}", got, want)
+        receives = [counts_of(q, P, scale)[r] for q in range(P)]
+        out = np.empty_like(want)
+        again = comm.alltoallv(rows_of(r), counts, recv_counts=receives, out=out)
+        assert again is out
+        _check(problems, f"alltoallv recv_counts {dt}", out, want)
+    return problems
+
+
+def alltoall_refusals(comm):
+    """Arguments that are wrong everywhere, on one rank, or only together; afterwards
+    the communicator still works."""
+    P, r, seen = comm.world_size, comm.rank, {}
+
+    def attempt(name, call):
+        try:
+            call()
+            seen[name] = None
+        except (ValueError, TypeError) as e:
+            seen[name] = (type(e).__name__, str(e))
+
+    x = np.zeros((P, 3))
+    attempt("rows", lambda: comm.alltoall(np.zeros((P + 1, 3))))
+    attempt("in_place", lambda: comm.alltoall(x, out=x))
+    attempt("counts_length", lambda: comm.alltoallv(np.zeros(3), [3] + [0] * P))
+    attempt("counts_sum", lambda: comm.alltoallv(np.zeros(P + 1), [1] * P))
+    # one rank expects other rows than its peer sends: every rank raises
+    receives = [0] * P
+    receives[(r + 1) % P] = 1 if r == P - 1 else 0
+    attempt("recv_counts", lambda: comm.alltoallv(np.zeros(0), [0] * P, recv_counts=receives))
+    # the row shapes differ
+    attempt("tail", lambda: comm.alltoallv(np.zeros((0, 2 + r % 2)), [0] * P))
+    seen["after"] = float(comm.alltoall(np.ones((P, 1)))[:, 0].sum())
+    return seen
+
+
+def p2p_basics(comm, dtypes):
+    """Ring-shifted send/recv of every dtype and size, tags out of order, ANY_TAG, a
+    message to oneself, zero bytes, and p2p interleaved with collectives."""
+    P, r, problems = comm.world_size, comm.rank, []
+    nxt, prv = (r + 1) % P, (r - 1) % P
+    sizes = [0, 1, 1000, 300_001]      # the last spans several slots
+    for dt in dtypes:
+        for n in sizes:
+            mine, theirs = data(r, (n,), dt, 3), data(prv, (n,), dt, 3)
+            got = comm.sendrecv(mine, nxt, src=prv, tag=n % 7)
+            _check(problems, f"sendrecv {dt} {n}", got, theirs)
+    # small sends complete at once, whatever the receiver does: out-of-order tags
+    for tag in (3, 1, 2):
+        comm.send(np.full(4, tag * 10 + r, np.int32), nxt, tag=tag)
+    for tag in (1, 2, 3):
+        got = comm.recv(np.empty(4, np.int32), prv, tag=tag)
+        _check(problems, f"tag {tag}", got, np.full(4, tag * 10 + prv, np.int32))
+    comm.send(np.arange(3.0), nxt, tag=9)
+    _check(problems, "any tag", comm.recv(np.empty(3), prv, tag=ANY_TAG), np.arange(3.0))
+    # to oneself
+    comm.send(np.array([r, 7]), r, tag=5)
+    _check(problems, "self", comm.recv(np.empty(2, np.int64), r, tag=5), np.array([r, 7]))
+    # a message in flight while collectives run: neither consumes the other's data
+    comm.send(np.full(5, float(r)), nxt, tag=4)
+    total = comm.allreduce(np.full(5, 1.0))
+    gathered = comm.allgather(np.array([r]))
+    got = comm.recv(np.empty(5), prv, tag=4)
+    _check(problems, "p2p across collectives", got, np.full(5, float(prv)))
+    _check(problems, "collectives across p2p", total, np.full(5, float(P)))
+    _check(problems, "allgather across p2p", gathered.ravel(), np.arange(P))
+    return problems
+
+
+def p2p_exchanges(comm, n):
+    """Large messages both ways at once: blocking sendrecv, and isend + irecv issued
+    back to back (the progress thread runs them together, so neither deadlocks)."""
+    P, r, problems = comm.world_size, comm.rank, []
+    nxt, prv = (r + 1) % P, (r - 1) % P
+    big = data(r, (n,), "float64", 4)
+    want = data(prv, (n,), "float64", 4)
+    _check(problems, "sendrecv", comm.sendrecv(big, nxt, src=prv), want)
+    out = np.empty(n)
+    sent = comm.send(big, nxt, tag=1, async_op=True)
+    got = comm.recv(out, prv, tag=1, async_op=True)
+    assert sent.wait() is None and got.wait() is out
+    _check(problems, "isend/irecv", out, want)
+    out2 = np.empty(n)
+    work = comm.sendrecv(big, nxt, out=out2, src=prv, async_op=True)
+    assert work.wait() is out2
+    _check(problems, "async sendrecv", out2, want)
+    return problems
+
+
+def p2p_mismatches(comm):
+    """A receive that expects another size or dtype: MismatchError on the receiver,
+    the message discarded, the sender unaffected, and later messages arrive right."""
+    P, r, seen = comm.world_size, comm.rank, {}
+    nxt, prv = (r + 1) % P, (r - 1) % P
+    for name, sent, expect in (("size", np.zeros(6), np.empty(5)),
+                               ("dtype", np.zeros(4, np.float32), np.empty(4, np.int32))):
+        comm.send(sent, nxt, tag=2)
+        try:
+            comm.recv(expect, prv, tag=2)
+            seen[name] = None
+        except MismatchError as e:
+            seen[name] = (e.field, str(e))
+    comm.send(np.full(3, r), nxt)
+    seen["after"] = comm.recv(np.empty(3, np.int64), prv).tolist()
+    seen["collective"] = float(comm.allreduce(np.ones(1))[0])
+    return seen
+
+
+def p2p_refusals(comm):
+    P, seen = comm.world_size, {}
+    for name, call in (("dst", lambda: comm.send(np.zeros(1), P)),
+                       ("negative_tag", lambda: comm.send(np.zeros(1), 0, tag=-3)),
+                       ("bool_rank", lambda: comm.send(np.zeros(1), True)),
+                       ("objects", lambda: comm.send(np.array([object()]), 0)),
+                       ("readonly", lambda: comm.recv(np.frombuffer(b"x" * 8), 0))):
+        try:
+            call()
+            seen[name] = None
+        except (TypeError, ValueError) as e:
+            seen[name] = type(e).__name__
+    return seen
+
+
+def rhd_theorem(comm, m, dt):
+    """allgather(reduce_scatter(x)) by rhd against the halving allreduce, bit for bit
+    (both combine every element in the same order)."""
+    P = comm.world_size
+    rng = np.random.default_rng([11, comm.rank])
+    x = rng.standard_normal(P * m).astype(dtype_of(dt))
+    label = comm.algorithm_for("allreduce", x.nbytes, "rhd")
+    full = comm.allreduce(x, algo="rhd")
+    rs = comm.reduce_scatter(x, algo="rhd")
+    split = comm.allgather(rs, algo="rhd").reshape(-1)
+    return label, full.tobytes() == split.tobytes(), float(np.abs(full - x * 0).max())
+
+
+def p2p_failures(comm):
+    """Rank 0: a receive that times out (nothing sent yet) leaves the communicator
+    usable; then a receive from a rank that closes without sending is PeerLostError."""
+    import time
+    if comm.rank == 1:
+        time.sleep(2.5)             # past rank 0's first timeout
+        comm.send(np.arange(2.0), 0)
+        comm.recv(np.empty(1), 0)   # rank 0's go-ahead
+        comm.close()
+        return None
+    seen = []
+    try:
+        comm.recv(np.empty(2), 1)
+    except Exception as e:          # noqa: BLE001 - the test checks the type
+        seen.append(type(e).__name__)
+    got = None
+    while got is None:              # the message arrives; the channel still works
+        try:
+            got = comm.recv(np.empty(2), 1).tolist()
+        except Exception as e:      # noqa: BLE001
+            if type(e).__name__ != "TimeoutError":
+                raise
+    seen.append(got)
+    comm.send(np.zeros(1), 1)
+    try:
+        comm.recv(np.empty(2), 1)
+    except Exception as e:          # noqa: BLE001
+        seen.append(type(e).__name__)
+    return seen

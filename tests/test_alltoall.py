@@ -1,0 +1,49 @@
+"""alltoall (direct and Bruck) and alltoallv against numpy, at P = 1..8, every
+dtype, sizes 0, 1, ragged and several slots; arguments refused on every rank; and
+ReduceScatter/AllGather by recursive halving/doubling (Theorem 1 for rhd)."""
+import pytest
+
+import exchange_workers as xw
+from reference import ALL_DTYPES
+
+ROWS = [(), (0,), (1,), (7, 3), (40_001,)]       # the last: several 256 KiB slots
+
+
+@pytest.mark.parametrize("P", range(1, 9))
+def test_alltoall_against_numpy(pools, P):
+    cases = [(dt, row, algo) for algo in ("direct", "bruck", None)
+             for dt, row in [("float32", r) for r in ROWS] +
+             [(dt, (5,)) for dt in ALL_DTYPES + ["bool", "complex128"]]]
+    for rank, problems in enumerate(pools(P).run(xw.alltoall_cases, cases)):
+        assert problems == [], (rank, problems[:5])
+
+
+@pytest.mark.parametrize("P", [1, 2, 3, 5, 8])
+def test_alltoallv_against_numpy(pools, P):
+    cases = [("float64", (), 1), ("int16", (3,), 2), ("uint8", (2, 2), 0),
+             ("float32", (), 30_000)]
+    for rank, problems in enumerate(pools(P).run(xw.alltoallv_cases, cases)):
+        assert problems == [], (rank, problems[:5])
+
+
+@pytest.mark.parametrize("P", [1, 2, 4])
+def test_bad_arguments_are_refused_on_every_rank(pools, P):
+    for rank, seen in enumerate(pools(P).run(xw.alltoall_refusals)):
+        assert seen.pop("after") == float(P)
+        assert seen["rows"][0] == "ValueError" and "world_size" in seen["rows"][1]
+        assert seen["in_place"][0] == "ValueError" and "overlaps" in seen["in_place"][1]
+        for name in ("counts_length", "counts_sum"):
+            assert seen[name][0] in ("ValueError", "TypeError"), name
+        kind, text = seen["recv_counts"]
+        assert kind == "MismatchError" and "expects 1 rows from rank 0" in text, text
+        if P > 1:
+            kind, text = seen["tail"]
+            assert "differ in shape" in text
+
+
+@pytest.mark.parametrize("P", range(2, 9))
+def test_rhd_reduce_scatter_then_allgather_is_the_halving_allreduce(pools, P):
+    for label, bitwise, _ in pools(P).run(xw.rhd_theorem, 4099, "float64"):
+        # over two virtual ranks (P < 4) doubling combines in halving's order too
+        assert label == "rhd (halving)" or P < 4
+        assert bitwise

@@ -1,0 +1,43 @@
+"""Point-to-point: send / recv / sendrecv, blocking and nonblocking, against numpy;
+tags out of order and ANY_TAG; messages that do not fit their receive; p2p mixed
+with collectives; large exchanges both ways (no deadlock)."""
+import pytest
+
+import exchange_workers as xw
+from reference import ALL_DTYPES
+
+
+@pytest.mark.parametrize("P", range(1, 9))
+def test_send_recv_against_numpy(pools, P):
+    dtypes = ALL_DTYPES + ["bool", "complex64"] if P in (2, 3) else ["float32", "int64"]
+    for rank, problems in enumerate(pools(P).run(xw.p2p_basics, dtypes)):
+        assert problems == [], (rank, problems[:5])
+
+
+@pytest.mark.parametrize("P", [1, 2, 3, 4])
+def test_large_exchanges_both_ways_do_not_deadlock(pools, P):
+    for rank, problems in enumerate(pools(P).run(xw.p2p_exchanges, 2_000_003)):
+        assert problems == [], (rank, problems)
+
+
+@pytest.mark.parametrize("P", [1, 2, 3])
+def test_a_message_that_does_not_fit_is_an_error_on_the_receiver_only(pools, P):
+    for rank, seen in enumerate(pools(P).run(xw.p2p_mismatches)):
+        field, text = seen["size"]
+        assert field == "count" and "48 bytes of float64" in text and "40 bytes" in text
+        field, text = seen["dtype"]
+        assert field == "dtype" and "float32" in text and "int32" in text
+        assert seen["after"] == [(rank - 1) % P] * 3
+        assert seen["collective"] == float(P)
+
+
+def test_bad_arguments_are_refused(pools):
+    seen = pools(2).run(xw.p2p_refusals)[0]
+    assert seen == {"dst": "ValueError", "negative_tag": "ValueError", "bool_rank": "TypeError",
+                    "objects": "TypeError", "readonly": "ValueError"}
+
+
+def test_a_timed_out_receive_can_wait_again_and_a_closed_sender_is_an_error():
+    import shmcoll
+    got = shmcoll.launch(xw.p2p_failures, 2, timeout=1.0)[0]
+    assert got == ["TimeoutError", [0.0, 1.0], "PeerLostError"]
