@@ -64,6 +64,26 @@ def _tag(tag, receiving=False):
 _TAG_LIMIT = 1 << 62
 
 
+_SPLIT_NONE = -2         # split()'s header: this rank passed color=None
+
+
+def _integer(value, what):
+    """An integer argument (bool is not one) as an int, else TypeError."""
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be an integer, got {value!r}")
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, got {value!r}") from None
+
+
+def _nonnegative(value, what):
+    value = _integer(value, what)
+    if value < 0:
+        raise ValueError(f"{what} must be >= 0 (or None), got {value}")
+    return value
+
+
 def _root(root, world):
     """`root` as a rank of a job of `world` ranks: an integer (bool is not a rank) in
     range, else TypeError / ValueError before anything is published."""
@@ -117,6 +137,7 @@ class Communicator:
         self._engine = engine
         self._timeout = get("SHMCOLL_TIMEOUT") if timeout is None else timeout
         self._device_path = None
+        self._splits = 0        # split() calls so far: part of each child's name
         self.rank: int = engine.rank
         self.world_size: int = engine.world_size
         self._rules = rules or selector.Rules()
@@ -352,6 +373,33 @@ class Communicator:
     def scatter_object(self, objs: Optional[Sequence[Any]], root: int = 0) -> Any:
         """objs[r] of the root's sequence on rank r (objs is read on the root only)."""
         return ragged.scatter_object(self, objs, _root(root, self.world_size))
+
+    # -- sub-communicators ------------------------------------------------------
+    def split(self, color: Optional[int], key: Optional[int] = None) -> Optional[Communicator]:
+        """A new communicator of the ranks passing the same `color` (an integer >= 0),
+        ranked by `key` (default 0) then by rank here, as MPI's Comm_split; None for
+        color=None (this rank joins none).  Every rank of this communicator must call
+        it.  The new communicator has a shared segment of its own: it shares nothing
+        with this one or its siblings, and either may be closed first."""
+        P, error, order = self.world_size, None, 0
+        head = np.zeros(4, np.int64)
+        try:
+            color = None if color is None else _nonnegative(color, "color")
+            order = 0 if key is None else _integer(key, "key")
+            head[:] = (_SPLIT_NONE if color is None else color, order, 0, 0)
+        except (TypeError, ValueError, OverflowError) as e:
+            error, head[0] = e, ragged._REFUSED
+        head[2] = int.from_bytes(os.urandom(7), "little")     # rank 0's names the split
+        heads = np.asarray(self.allgather(head))
+        ragged._refuse_together([q for q in range(P) if heads[q, 0] == ragged._REFUSED],
+                                "split", error)
+        self._splits += 1
+        if color is None:
+            return None
+        members = sorted((int(heads[q, 1]), q) for q in range(P) if heads[q, 0] == color)
+        rank = members.index((order, self.rank))
+        job = f"split-{int(heads[0, 2]):x}-{self._splits}-{color}"
+        return join(rank, len(members), job, job, self._timeout)
 
     def barrier(self, async_op: bool = False) -> Optional[Work]:
         """Return once every rank has entered the barrier (async_op: a Work that
