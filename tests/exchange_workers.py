@@ -140,6 +140,16 @@ def p2p_exchanges(comm, n):
     work = comm.sendrecv(big, nxt, out=out2, src=prv, async_op=True)
     assert work.wait() is out2
     _check(problems, "async sendrecv", out2, want)
+    # the irecv is issued while the progress thread is already stuck on the isend:
+    # it joins the isend's group instead of waiting behind it
+    import time
+    out3 = np.empty(n)
+    sent = comm.send(big, nxt, tag=2, async_op=True)
+    time.sleep(0.3)
+    got = comm.recv(out3, prv, tag=2, async_op=True)
+    sent.wait(timeout=30)
+    got.wait(timeout=30)
+    _check(problems, "irecv issued late", out3, want)
     return problems
 
 

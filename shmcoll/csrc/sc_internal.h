@@ -245,8 +245,11 @@ void *sc_wide(sc_comm *c, size_t bytes);
 
 /* Point-to-point (sc_p2p.c): sc_p2p with a hook the group calls when all of its ops
  * are stuck, before it waits: more() may append ops to ops[n..cap) and returns the
- * new count (the progress thread adds the p2p works queued meanwhile). */
-typedef int (*sc_p2p_more)(void *ctx, sc_p2p_op **ops, int n, int cap);
+ * new count (the progress thread adds the p2p works queued meanwhile).  When it adds
+ * none it names a flag (*wake, may be NULL) whose reaching *target means there may be
+ * more: the group's wait ends then too, so an op queued while it waits joins at once. */
+typedef int (*sc_p2p_more)(void *ctx, sc_p2p_op **ops, int n, int cap, sc_flag **wake,
+                           uint64_t *target);
 int sc_p2p_run(sc_comm *c, sc_p2p_op **ops, int n, int cap, sc_p2p_more more, void *ctx);
 /* Backs the slots of our channel e with memory (once, before its first touch). */
 int sc_reserve_channel(sc_comm *c, sc_endpoint *e);

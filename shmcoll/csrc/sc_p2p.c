@@ -311,11 +311,17 @@ int sc_p2p_run(sc_comm *c, sc_p2p_op **ops, int n, int cap, sc_p2p_more more, vo
         if (moved)
             continue;
         if (more) {     /* operations queued since: they may be what unblocks us */
-            int grown = more(ctx, ops, n, cap > MAX_GROUP ? MAX_GROUP : cap);
+            sc_flag *wake = NULL;
+            uint64_t target = 0;
+            int grown = more(ctx, ops, n, cap > MAX_GROUP ? MAX_GROUP : cap, &wake, &target);
             if (grown > n) {      /* (checked by the caller, as every queued op) */
                 start_ops(ops, n, grown);
                 n = grown;
                 continue;
+            }
+            if (wake && nb < MAX_GROUP) {
+                flags[nb] = wake, targets[nb] = target, peers[nb] = -1;
+                nb++;
             }
         }
         int waited;

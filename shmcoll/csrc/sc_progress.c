@@ -84,6 +84,7 @@ typedef struct p2p_batch {
     sc_progress *p;
     sc_work *works[P2P_GROUP_WORKS];
     int nworks;
+    uint64_t looked;        /* works issued when the queue was last looked at */
 } p2p_batch;
 
 /* The next queued work, if it is a p2p work whose ops fit: taken off the queue. */
@@ -103,14 +104,20 @@ static sc_work *take_p2p(sc_progress *p, int room)
     return w;
 }
 
-static int absorb(void *ctx, sc_p2p_op **ops, int n, int cap)
+static int absorb(void *ctx, sc_p2p_op **ops, int n, int cap, sc_flag **wake, uint64_t *target)
 {
     p2p_batch *b = ctx;
     sc_work *w;
+    /* read before looking: a work issued after it wakes the group's next wait */
+    b->looked = atomic_load_explicit(&b->p->issued.value, memory_order_acquire);
     while (b->nworks < P2P_GROUP_WORKS && (w = take_p2p(b->p, cap - n))) {
         b->works[b->nworks++] = w;
         for (int i = 0; i < w->nops; i++)
             ops[n++] = &w->ops[i];
+    }
+    if (wake && b->nworks < P2P_GROUP_WORKS) {
+        *wake = &b->p->issued;
+        *target = b->looked + 1;
     }
     return n;
 }
@@ -147,7 +154,7 @@ static void run_p2p(sc_progress *p, sc_work *first)
     b.works[0] = first;
     for (int i = 0; i < first->nops && n < P2P_GROUP_OPS; i++)
         ops[n++] = &first->ops[i];
-    n = absorb(&b, ops, n, P2P_GROUP_OPS);
+    n = absorb(&b, ops, n, P2P_GROUP_OPS, NULL, NULL);
     int st = p->failed ? p->failed : SC_OK;
     if (st == SC_OK && atomic_load_explicit(&p->c->closing, memory_order_acquire)) {
         p->failure.err_peer = p->failure.err_waited = -1;
