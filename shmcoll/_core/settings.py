@@ -79,6 +79,10 @@ SETTINGS = {s.name: s for s in (
     Setting("SHMCOLL_CUDA_BACKEND", str, "cupy",
             "Device arrays: 'cupy' (CUDA IPC through CuPy), or 'host', a stand-in that keeps "
             "\"device\" buffers in host shared memory, for testing the GPU path without a GPU."),
+    Setting("SHMCOLL_NODE", str, None,
+            "shmcoll.mpi: the name of the node this rank is on; ranks with the same name "
+            "share memory, the others talk through MPI.  Default: the nodes MPI finds "
+            "(MPI_Comm_split_type SHARED).  Lets one machine play several nodes."),
     Setting("SHMCOLL_BUILD_DEBUG", bool, False,
             "Build time: compile the C engine with -O0 -g and assertions instead of -O3."),
 )}
