@@ -12,8 +12,9 @@ import time
 
 import pytest
 
+import procs
+
 pytest.importorskip("mpi4py")
-HERE = os.path.dirname(__file__)
 MPIEXEC = shutil.which("mpiexec", path=os.path.dirname(sys.executable) + os.pathsep +
                        os.environ.get("PATH", ""))
 if MPIEXEC is None:
@@ -22,11 +23,9 @@ if MPIEXEC is None:
 
 def mpiexec(layout, *extra, timeout=240):
     n = len(layout.split(","))
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [os.path.dirname(HERE)] + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
-    return subprocess.run([MPIEXEC, "-n", str(n), sys.executable, os.path.join(HERE, "mpi_rank.py"),
-                           layout, *extra], capture_output=True, text=True, timeout=timeout,
-                          env=env)
+    return subprocess.run([MPIEXEC, "-n", str(n), sys.executable, "mpi_rank.py", layout, *extra],
+                          capture_output=True, text=True, timeout=timeout,
+                          env=procs.python_env(), cwd=procs.HERE)
 
 
 @pytest.mark.parametrize("layout,nodes", [("0,0", 1), ("0,0,1,1", 2), ("0,0,0,1", 2),

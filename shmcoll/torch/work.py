@@ -11,9 +11,11 @@ per group, started at the first future still pending), which waits for the calls
 the order they were issued (the order they complete in) and then sets the result,
 or a real error (see _outcome).
 """
+import atexit
 import collections
 import datetime
 import threading
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -135,6 +137,7 @@ class Completions:
         self._ready = threading.Condition()
         self._thread = None
         self._stopping = False
+        _LIVE.add(self)
 
     def add(self, work):
         with self._ready:
@@ -169,3 +172,18 @@ class Completions:
             self._ready.notify()
         if thread is not None and thread is not threading.current_thread():
             thread.join()
+
+
+# Every group's completion thread, ended at exit before the interpreter finalises: a
+# daemon thread still inside torch's future callbacks then (a DDP job whose peer
+# died, never destroyed) would meet torch's C++ objects being torn down.
+_LIVE = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_all():
+    for completions in list(_LIVE):
+        try:
+            completions.stop()
+        except BaseException:   # (at exit: nothing left to report to)
+            pass
