@@ -24,6 +24,7 @@ WINDOW = 64
 
 
 def parse_size(text):
+    """shmcoll._core.sizes.parse_size's notation (the peers' Pythons lack shmcoll)."""
     text = text.strip().upper()
     for suffix, scale in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
         if text.endswith(suffix):

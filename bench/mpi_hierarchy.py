@@ -23,14 +23,7 @@ if _layout:
 import numpy as np  # noqa: E402
 
 import shmcoll.mpi  # noqa: E402
-
-
-def parse_size(text):
-    text = text.strip().upper()
-    for suffix, scale in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
-        if text.endswith(suffix):
-            return int(float(text[:-1]) * scale)
-    return int(text)
+from shmcoll._core.sizes import parse_size  # noqa: E402
 
 
 def timed(world, call, n):

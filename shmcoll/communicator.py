@@ -48,12 +48,7 @@ ANY_TAG = _engine.ANY_TAG      # a recv that takes the next message from its sou
 
 def _tag(tag, receiving=False):
     """A message tag: an integer >= 0 (a receive may pass ANY_TAG)."""
-    if isinstance(tag, bool):
-        raise TypeError(f"tag must be an integer, got {tag!r}")
-    try:
-        tag = operator.index(tag)
-    except TypeError:
-        raise TypeError(f"tag must be an integer, got {tag!r}") from None
+    tag = _integer(tag, "tag")
     if tag < 0 and not (receiving and tag == ANY_TAG):
         raise ValueError(f"tag must be >= 0{' or ANY_TAG' if receiving else ''}, got {tag}")
     if tag >= _TAG_LIMIT:

@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -40,7 +39,5 @@ def test_every_collective_against_numpy(layout, nodes):
 
 
 def test_a_rank_that_dies_ends_the_job():
-    start = time.monotonic()
-    res = mpiexec("0,0,1,1", "die", timeout=120)
+    res = mpiexec("0,0,1,1", "die", timeout=120)     # a hang fails here
     assert res.returncode != 0
-    assert time.monotonic() - start < 100
