@@ -204,3 +204,91 @@ def test_cli_sweep_table_steps_and_errors(tmp_path):
         return
     res = run_cli("--plot", str(tmp_path / "s.png"), "--per-node", "16", "--intra", "1G:1us")
     assert res.returncode == 0 and (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# -- hierarchical compositions (what shmcoll.mpi runs) ------------------------------------
+
+def two_by_eight(nics=1, intra="nvlink4"):
+    return Cluster(2, 8, parse_link(intra), parse_link("ib-ndr"), nics=nics)
+
+
+def test_a_composition_is_its_phases_one_after_another():
+    from shmcoll.simulator import hierarchy
+    cluster = two_by_eight()
+    placement = cluster.placement("node-aware")
+    phases = hierarchy.COMPOSITIONS["allreduce"]["hierarchical"]
+    per_phase = [hierarchy.phase_candidates(p, cluster, placement) for p in phases]
+    parts = [min(c, key=lambda p: p.latency) for c in per_phase]
+    whole = hierarchy.compose("allreduce", "hierarchical", parts)
+    assert whole.latency == pytest.approx(sum(p.latency for p in parts))
+    assert whole.per_byte == pytest.approx(sum(p.per_byte for p in parts))
+    assert len(whole.steps) == sum(len(p.steps) for p in parts)
+    stages = [s.stage for s in whole.steps]
+    assert stages == sorted(stages)             # phases never overlap
+    assert whole.variant == "/".join(p.algorithm for p in parts)
+    assert whole.seconds(1 << 20) == pytest.approx(sum(p.seconds(1 << 20) for p in parts))
+
+
+def test_hierarchical_crosses_the_network_once_per_byte_with_every_nic():
+    """With a free node fabric, leader sends all n through one NIC per node and
+    hierarchical n/L through each of L NICs: 1/L of the network time."""
+    from shmcoll.simulator import hierarchy
+    cluster = Cluster(2, 8, Link(1e18, 0.0), parse_link("ib-ndr"), nics=8)
+    pool = hierarchy.candidates("allreduce", cluster, "node-aware", ["hierarchical", "leader"])
+    best = {name: min((p for p in pool if p.algorithm == name), key=lambda p: p.per_byte)
+            for name in ("hierarchical", "leader")}
+    assert best["hierarchical"].per_byte == pytest.approx(best["leader"].per_byte / 8, rel=1e-6)
+
+
+def test_on_two_nodes_of_eight_the_model_picks_direct_then_hierarchical():
+    from shmcoll.simulator import hierarchy
+    pool = hierarchy.candidates("allreduce", two_by_eight(nics=8))
+    assert {p.algorithm for p in pool} == {"hierarchical", "leader", "flat"}
+    small = hierarchy.choose(pool, 8)
+    assert small.name == "flat" and small.priced.variant.startswith("direct")
+    large = hierarchy.choose(pool, 128 << 20)
+    assert large.name == "hierarchical" and large.reason == "cost model"
+    assert large.priced.seconds(128 << 20) == min(s for _, s in large.table)
+    forced = hierarchy.choose(pool, 128 << 20, "leader")
+    assert forced.name == "leader" and forced.reason == "algo="
+    assert "leader" in forced.describe(128 << 20) and "modelled us" in forced.describe(1)
+    with pytest.raises(ValueError, match="available: hierarchical, leader, flat, auto"):
+        hierarchy.choose(pool, 8, "ring")
+
+
+def test_every_collective_has_its_compositions_and_flat():
+    from shmcoll.simulator import hierarchy
+    cluster = Cluster(3, 4, parse_link("pcie5"), parse_link("ib-ndr"))
+    for collective in ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce",
+                       "gather", "scatter", "alltoall"):
+        pool = hierarchy.candidates(collective, cluster)
+        assert {p.algorithm for p in pool} == set(hierarchy.names_for(collective))
+        assert all(p.seconds(1 << 20) > 0 for p in pool)
+
+
+def test_uneven_nodes_priced_on_a_partial_placement():
+    """Nodes of 3 and 1 ranks: the ranks' devices in a 2 x 3 cluster."""
+    from shmcoll.simulator import hierarchy
+    cluster = Cluster(2, 3, parse_link("pcie5"), parse_link("ib-ndr"))
+    pool = hierarchy.candidates("allreduce", cluster, [0, 1, 2, 3], ["leader", "flat"])
+    assert {p.world for p in pool if p.algorithm == "flat"} == {4}
+    with pytest.raises(ValueError, match="distinct devices"):
+        hierarchy.candidates("allreduce", cluster, [0, 0, 1, 2])
+    with pytest.raises(ValueError, match="distinct devices"):
+        hierarchy.candidates("allreduce", cluster, [0, 1, 6])
+
+
+def test_flat_clusters_have_no_compositions():
+    one_node = candidates("allreduce", Cluster(1, 8, parse_link("nvlink4")))
+    one_per_node = candidates("allreduce", Cluster(8, 1, parse_link("nvlink4")))
+    for pool in (one_node, one_per_node):
+        assert not {"hierarchical", "leader"} & {p.algorithm for p in pool}
+
+
+def test_cli_prices_the_compositions_on_several_nodes_only():
+    res = run_cli("allreduce", "--nodes", "2", "--per-node", "4", "--algo",
+                  "hierarchical,leader,ring", "-b", "8", "-e", "64M", "-f", "4096")
+    assert res.returncode == 0, res.stderr
+    assert "hierarchical us" in res.stdout and "leader us" in res.stdout
+    assert "hierarchical (" in res.stdout
+    assert run_cli("allreduce", "--nodes", "1", "--algo", "hierarchical").returncode == 2

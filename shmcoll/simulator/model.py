@@ -16,7 +16,7 @@ import numpy as np
 
 from shmcoll.collectives import bus_factor
 from shmcoll.tuning.algorithms import REGISTRY
-from shmcoll.tuning.algorithms.rounds import per_rank_totals
+from shmcoll.tuning.algorithms.rounds import Round, per_rank_totals
 
 
 @dataclass(frozen=True)
@@ -60,12 +60,19 @@ def price(collective, algorithm, variant, cluster, order="node-aware"):
     world = cluster.world
     rounds = alg.rounds(collective, world, variant) if world > 1 else []
     device = cluster.placement(order)
+    on_devices = [Round(device[r.src], device[r.dst], r.share, r.reduces, r.stage)
+                  for r in rounds]
+    return price_rounds(collective, algorithm, variant, on_devices, cluster)
+
+
+def price_rounds(collective, algorithm, variant, rounds, cluster):
+    """A Priced for `rounds` whose ranks are already the cluster's devices."""
     bandwidth = cluster.resource_bandwidths()
     stage_load = {}
     steps = []
     latency = 0.0
     for i, r in enumerate(rounds):
-        first, second, crosses = cluster.flow_resources(device[r.src], device[r.dst])
+        first, second, crosses = cluster.flow_resources(r.src, r.dst)
         load = np.bincount(np.concatenate([first, second]), np.concatenate([r.share, r.share]),
                            len(bandwidth))
         stage_load[r.stage] = stage_load.get(r.stage, 0.0) + load
@@ -78,19 +85,26 @@ def price(collective, algorithm, variant, cluster, order="node-aware"):
     for stage, load in sorted(stage_load.items()):
         worst = int(np.argmax(load / bandwidth))
         stages.append((stage, cluster.resource_name(worst), load[worst] / bandwidth[worst]))
-    reduced = per_rank_totals(rounds, world)[1].max() if rounds else 0.0
-    return Priced(collective, algorithm, variant, world, latency,
+    reduced = per_rank_totals(rounds, cluster.world)[1].max() if rounds else 0.0
+    return Priced(collective, algorithm, variant, cluster.world, latency,
                   sum(s[2] for s in stages), cluster.gamma * reduced, tuple(steps), tuple(stages))
 
 
 def candidates(collective, cluster, order="node-aware", algorithms=None):
     """Every variant of every algorithm implementing `collective` (or of `algorithms`),
-    priced: the simulator's cost table, before the argmin."""
+    priced: the simulator's cost table, before the argmin.  On several nodes the
+    hierarchical compositions (simulator.hierarchy) are candidates too."""
     out = []
     for name, alg in REGISTRY.items():
         if collective in alg.COLLECTIVES and (algorithms is None or name in algorithms):
             for variant, _, _ in alg.variants(collective, max(cluster.world, 2), 1):
                 out.append(price(collective, name, variant, cluster, order))
+    if cluster.nodes > 1 and cluster.per_node > 1:
+        from shmcoll.simulator import hierarchy
+        names = [n for n in hierarchy.COMPOSITIONS.get(collective, {})
+                 if algorithms is None or n in algorithms]
+        if names:
+            out += hierarchy.candidates(collective, cluster, order, names)
     if not out:
         raise ValueError(f"no algorithm among {algorithms} implements {collective}")
     return out

@@ -3,18 +3,21 @@ links), priced from the same schedules the engine runs.
 
   shmcoll simulate allreduce --nodes 2 --per-node 8 --intra nvlink4 --inter ib-ndr
   shmcoll simulate allreduce --nodes 1 --per-node 16 --intra 1GB/s:1us --algo tree,ring
+  shmcoll simulate allreduce --nodes 2 --per-node 8 --algo hierarchical,leader,ring
   shmcoll simulate --reproduce crossover|node-aware|asymptote
 
 Links: nvlink4 (600 GB/s), pcie5 (64 GB/s), ib-ndr (50 GB/s), or BANDWIDTH[:LATENCY].
 For each size: the modelled time of every algorithm (or one, --algo NAME), the
 fastest, its algbw and busbw (nccl-tests factors) and the link that bounds it;
---steps adds each step's bottleneck link at the largest size.
+--steps adds each step's bottleneck link at the largest size.  On several nodes the
+hierarchical compositions shmcoll.mpi runs (hierarchical, leader) are priced beside the
+flat schedules, each phase with its cheapest algorithm (simulator.hierarchy).
 """
 import argparse
 
 from shmcoll._core.sizes import human_size, parse_size
 from shmcoll.collectives import NAMES as ALL_COLLECTIVES
-from shmcoll.simulator import seed
+from shmcoll.simulator import hierarchy, seed
 from shmcoll.simulator.cluster import ORDERS, Cluster, parse_link
 from shmcoll.simulator.model import candidates, crossover, result
 from shmcoll.tools.harness import size_sweep
@@ -61,10 +64,13 @@ def main(argv):
     except ValueError as e:
         p.error(str(e))
     only = None if opts.algo in ("all", "auto") else tuple(opts.algo.split(","))
-    unknown = set(only or ()) - set(algorithms_for(opts.collective))
+    known = algorithms_for(opts.collective)
+    if opts.nodes > 1 and opts.per_node > 1:
+        known += list(hierarchy.COMPOSITIONS.get(opts.collective, {}))
+    unknown = set(only or ()) - set(known)
     if unknown:
         p.error(f"--algo {opts.algo}: choose from "
-                f"{', '.join(algorithms_for(opts.collective) + ['auto', 'all'])} "
+                f"{', '.join(known + ['auto', 'all'])} "
                 f"(or several, comma-separated)")
     if opts.plot:
         try:
@@ -98,15 +104,17 @@ def best_of_each(pool, nbytes):
 
 def table(pool, sizes, show_each):
     names = list(dict.fromkeys(c.algorithm for c in pool)) if show_each else []
-    head = f"#{'size':>11} " + "".join(f"{n + ' us':>12}" for n in names) + \
-           f"  {'fastest':<18} {'time us':>11} {'algbw GB/s':>10} {'busbw GB/s':>10}  bottleneck"
+    wide = max(18, *(len(c.label) for c in pool))
+    head = f"#{'size':>11} " + "".join(f"{n + ' us':>{max(12, len(n) + 4)}}" for n in names) + \
+           f"  {'fastest':<{wide}} {'time us':>11} {'algbw GB/s':>10} {'busbw GB/s':>10}  bottleneck"
     lines = [head]
     for n in sizes:
         each = best_of_each(pool, n)
         fastest = min(each.values(), key=lambda c: c.seconds(n))
         r = result(fastest, n)
-        lines.append(f"{human_size(n):>12} " + "".join(f"{each[a].seconds(n) * 1e6:>12.2f}" for a in names) +
-                     f"  {fastest.label:<18} {r.seconds * 1e6:>11.2f} {r.algbw / 1e9:>10.2f} "
+        lines.append(f"{human_size(n):>12} " +
+                     "".join(f"{each[a].seconds(n) * 1e6:>{max(12, len(a) + 4)}.2f}" for a in names) +
+                     f"  {fastest.label:<{wide}} {r.seconds * 1e6:>11.2f} {r.algbw / 1e9:>10.2f} "
                      f"{r.busbw / 1e9:>10.2f}  {fastest.bottleneck()}")
     return lines
 
