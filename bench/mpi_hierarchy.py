@@ -1,6 +1,7 @@
 """shmcoll.mpi's hierarchical allreduce beside the MPI library's own, on the same
-processes, one JSON line per size and implementation (float32 sum; nccl-tests' time:
-the max over ranks of the mean per call).
+processes, one JSON line per size and implementation (float32 sum; nccl-tests' time: the max
+over ranks of the mean per call; the median of interleaved rounds), every
+composition shmcoll.mpi can run here, its automatic pick, and MPI_Allreduce.
 
     SHMCOLL_NODES=0,0,1,1 mpiexec -n 4 python bench/mpi_hierarchy.py --sizes 8,4K,1M,64M
 
@@ -40,21 +41,32 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="8,512,4K,32K,256K,1M,4M,16M,64M")
     ap.add_argument("--iters", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
     args = ap.parse_args()
     world = MPI.COMM_WORLD
     comm = shmcoll.mpi.Communicator(world)
+    algos = comm.compositions("allreduce") + ["auto"]
     for nbytes in (parse_size(s) for s in args.sizes.split(",")):
         x = np.full(max(1, nbytes // 4), 1.0, np.float32)
         out = np.empty_like(x)
-        n = args.iters or max(10, min(1000, int(1e8 / max(nbytes, 1))))
-        rows = {"shmcoll.mpi": timed(world, lambda: comm.allreduce(x, out=out), n)}
-        ok = bool(out[0] == world.Get_size())
-        rows["MPI_Allreduce"] = timed(world, lambda: world.Allreduce(x, out), n)
+        n = args.iters or max(5, min(1000, int(3e7 / max(nbytes, 1))))
+        calls = {f"shmcoll.mpi {a}": (lambda a=a: comm.allreduce(x, out=out, algo=a))
+                 for a in algos}
+        calls["MPI_Allreduce"] = lambda: world.Allreduce(x, out)
+        times = {impl: [] for impl in calls}
+        ok = True
+        for _ in range(args.rounds):            # interleaved: drift hits every impl alike
+            for impl, call in calls.items():
+                out[...] = 0
+                times[impl].append(timed(world, call, n))
+                ok = ok and bool(out[0] == world.Get_size())
         if world.Get_rank() == 0:
-            for impl, seconds in rows.items():
+            picked = comm.algorithm_for("allreduce", x.nbytes)
+            for impl, seconds in times.items():
                 print(json.dumps({"impl": impl, "P": world.Get_size(), "nodes": comm.nodes,
-                                  "bytes": x.nbytes, "time_us": round(seconds * 1e6, 3),
-                                  "ok": ok}), flush=True)
+                                  "bytes": x.nbytes,
+                                  "time_us": round(float(np.median(seconds)) * 1e6, 3),
+                                  "auto_picks": picked, "ok": ok}), flush=True)
     comm.close()
 
 

@@ -513,16 +513,19 @@ def init(rank: Optional[int] = None, world_size: Optional[int] = None, job: Opti
 
 
 def join(rank: int, world_size: int, job: str, instance: Optional[str],
-         timeout: Optional[float] = None, bind: Optional[str] = None) -> Communicator:
+         timeout: Optional[float] = None, bind: Optional[str] = None,
+         machine_ranks: Optional[int] = None) -> Communicator:
     """init() with every argument given: `instance` is the launch's id (None: none,
-    so a formed job keeps its name visible SHMCOLL_JOIN_GRACE seconds, see init)."""
+    so a formed job keeps its name visible SHMCOLL_JOIN_GRACE seconds, see init);
+    `machine_ranks`: the processes sharing this machine's cores when the job is not
+    all of them (default world_size), for the choice of spinning or not."""
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
     if not job:
         raise ValueError("job name must not be empty")
-    params = EngineParams.from_env(world_size, timeout)
+    params = EngineParams.from_env(machine_ranks or world_size, timeout)
     if bind is not None:
         from shmcoll._core import topology
         topology.bind_self(topology.placement(topology.discover(), world_size, bind)[rank])

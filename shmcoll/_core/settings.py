@@ -83,6 +83,10 @@ SETTINGS = {s.name: s for s in (
             "shmcoll.mpi: the name of the node this rank is on; ranks with the same name "
             "share memory, the others talk through MPI.  Default: the nodes MPI finds "
             "(MPI_Comm_split_type SHARED).  Lets one machine play several nodes."),
+    Setting("SHMCOLL_INTER_LINK", str, None,
+            "shmcoll.mpi: the link between nodes its cost model prices, as BANDWIDTH:LATENCY "
+            "(e.g. 25GB/s:2us, or ib-ndr).  Default: measured when the communicator is "
+            "created, by an MPI ping-pong between the first two nodes (a few ms)."),
     Setting("SHMCOLL_BUILD_DEBUG", bool, False,
             "Build time: compile the C engine with -O0 -g and assertions instead of -O3."),
 )}

