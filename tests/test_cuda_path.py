@@ -306,3 +306,10 @@ def test_device_calls_with_async_op_return_works(P):
     got = shmcoll.launch(nonblocking_workers.run_device_cases_async, P, args=(cases,),
                          timeout=600)
     assert_matches_numpy(cases, got)
+
+
+def test_default_staging_buffer_follows_the_gpus_memory():
+    from shmcoll.cuda.path import default_buffer_bytes
+    assert default_buffer_bytes(143_771 << 20) == 512 << 20        # an H200
+    assert default_buffer_bytes(16 << 30) == 64 << 20
+    assert default_buffer_bytes(0) == 32 << 20                      # the host stand-in

@@ -67,9 +67,11 @@ SETTINGS = {s.name: s for s in (
             "visible before init() returns, so that a second job starting under the same "
             "name at the same moment (which processes belong to which cannot be told) "
             "refuses both instead of forming them with each other's ranks; 0 disables."),
-    Setting("SHMCOLL_CUDA_BUFFER_BYTES", int, 32 << 20,
+    Setting("SHMCOLL_CUDA_BUFFER_BYTES", int, None,
             "Device arrays: bytes of each rank's CUDA IPC staging buffer (it holds two "
-            "halves of this size); larger messages go through it in pieces."),
+            "halves of this size); larger messages go through it in pieces, each costing "
+            "a meeting of the ranks.  Default: the GPU's memory / 256, between 32 MiB and "
+            "512 MiB (512 MiB on an 80 GB or larger GPU)."),
     Setting("SHMCOLL_CUDA_SYNC", str, "auto",
             "Device arrays: how ranks wait for each other.  'device': flag words in GPU "
             "memory, spun on by a kernel (nothing blocks the host); 'host': the stream is "

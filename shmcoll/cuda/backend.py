@@ -25,6 +25,9 @@ class DeviceBackend(Protocol):
 
     def free(self, ptr: int) -> None: ...
 
+    def memory_bytes(self) -> int:
+        """The device's total memory (0 where it has none of its own)."""
+
     def memset(self, ptr: int, value: int, nbytes: int) -> None: ...
 
     def ipc_handle(self, ptr: int) -> bytes:

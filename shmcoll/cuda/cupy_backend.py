@@ -57,6 +57,9 @@ class CupyBackend:
     def free(self, ptr):
         self.rt.free(ptr)
 
+    def memory_bytes(self):
+        return int(self.rt.memGetInfo()[1])
+
     def seal(self, ptr):
         pass
 

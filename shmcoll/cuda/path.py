@@ -96,6 +96,18 @@ class DeviceArray:
             raise ValueError(f"{what} must be a C-contiguous device array")
 
 
+MIN_BUFFER_BYTES, MAX_BUFFER_BYTES = 32 << 20, 512 << 20
+
+
+def default_buffer_bytes(device_memory):
+    """The staging buffer's half when SHMCOLL_CUDA_BUFFER_BYTES is unset: as large as a
+    GPU's memory comfortably allows.  Every piece of a message costs a meeting of the
+    ranks, and ranks sharing one GPU meet slowly (each switch between their contexts
+    is ~135 us on an H200), so fewer, larger pieces: with 16 MiB halves a 1 GiB
+    AllReduce at P=2 took 32.7 ms there, with 1 GiB halves 4.5 ms."""
+    return max(MIN_BUFFER_BYTES, min(MAX_BUFFER_BYTES, device_memory // 256 >> 20 << 20))
+
+
 class DevicePath:
     """One per Communicator, created at its first call with a device array: runs on
     the communicator's `engine` (the host handshake), decides under its override
@@ -105,7 +117,8 @@ class DevicePath:
         self.engine = engine
         self.rank, self.world = engine.rank, engine.world_size
         self.backend = backends.load()
-        half = int(get("SHMCOLL_CUDA_BUFFER_BYTES"))
+        half = get("SHMCOLL_CUDA_BUFFER_BYTES")
+        half = default_buffer_bytes(self.backend.memory_bytes()) if half is None else int(half)
         if half < 4096:
             raise ValueError("SHMCOLL_CUDA_BUFFER_BYTES must be at least 4096")
         self.sched = Schedules(engine, self.backend, half, timeout)
