@@ -21,7 +21,7 @@ import numpy as np
 
 from shmcoll import communicator as shared
 from shmcoll._core.settings import EngineParams, get
-from shmcoll.errors import ClosedError
+from shmcoll.errors import ClosedError, PeerLostError
 from shmcoll.mpi import model, schedules
 from shmcoll.mpi.faults import FaultNotices
 from shmcoll.mpi.waiting import complete
@@ -49,6 +49,15 @@ def _out(out, shape, dtype, what):
     if not (out.flags.c_contiguous and out.flags.writeable):
         raise ValueError(f"{what}: out must be writeable and C-contiguous")
     return out
+
+
+def _in_global_ranks(error, members, node):
+    """A PeerLostError of the node's engine names node-local ranks: say which ranks of
+    this communicator they are (error.rank becomes the global one)."""
+    if error.rank is not None and 0 <= error.rank < len(members):
+        error.args = (f"{error} [node {node}'s ranks numbered locally: local rank "
+                      f"{error.rank} is rank {members[error.rank]}]",) + error.args[1:]
+        error.rank = members[error.rank]
 
 
 def _rows_of(x, world, what):
@@ -300,6 +309,8 @@ class Communicator:
 
     def _failed(self, error):
         """A call of this rank failed: every other rank must learn of it (mpi.faults)."""
+        if isinstance(error, PeerLostError) and error is not self.faults.received:
+            _in_global_ranks(error, self.members[self.node_index], self.node_index)
         self.faults.tell(error)
         self.node._fail()
 
