@@ -58,7 +58,7 @@ def worker(comm, collectives, sizes, rounds, budget, bind=False):
         from shmcoll.tools.harness import pin
         pin(comm.rank)
     results, chosen = measure(comm, collectives, sizes, rounds, budget)
-    return (results, chosen) if comm.rank == 0 else None
+    return (results, chosen, comm.model_source) if comm.rank == 0 else None
 
 
 def modelled_crossover(coll, world, model):
@@ -133,9 +133,9 @@ def main(argv=None):
     out = {}
     for world in opts.worlds:
         from shmcoll.tuning.calibration import model_for
-        model, source = model_for(world)
-        results, chosen = shmcoll.launch(worker, world, args=(opts.collectives, sizes, opts.rounds,
-                                                              opts.budget, opts.bind))[0]
+        results, chosen, source = shmcoll.launch(
+            worker, world, args=(opts.collectives, sizes, opts.rounds, opts.budget, opts.bind))[0]
+        model, _ = model_for(world)         # (after the ranks: they may have calibrated)
         text, summary = report(world, results, chosen, model)
         print(f"# P={world}, cost model: {source}{text}", flush=True)
         out[world] = {"summary": summary, "model_source": source,
