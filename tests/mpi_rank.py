@@ -9,6 +9,7 @@ per rank.  argv[2] says what to run:
            children, a grandchild outliving its parent
   die      rank 1 is killed in the middle of an allreduce
   leave    the last rank leaves its node's job; the others report what they raised
+  mismatch the nodes gather arrays of different sizes; every rank reports what it raised
 """
 import json
 import os
@@ -230,6 +231,23 @@ def die():
         comm.allreduce(np.ones(1 << 16))
 
 
+def mismatch():
+    """Node 1's ranks gather arrays one element longer than node 0's (each node agrees
+    inside itself): the leaders' check between nodes must refuse it on every rank."""
+    comm = shmcoll.mpi.Communicator(MPI.COMM_WORLD, timeout=60)
+    x = np.ones(4 + comm.node_index)
+    try:
+        comm.allgather(x, algo="leader")
+        raised = None
+    except shmcoll.ShmcollError as e:
+        raised = e
+    os.write(1, (json.dumps({"rank": comm.rank, "leader": comm.leader,
+                             "raised": type(raised).__name__,
+                             "message": str(raised)[:300]}) + "\n").encode())
+    comm.close()
+    sys.exit(3)
+
+
 def leave():
     """The last rank leaves its node's job in the middle of a run of allreduces: every
     other rank must raise (PeerLostError: its node's peers from the engine, the other
@@ -250,7 +268,7 @@ def leave():
     sys.exit(3)
 
 
-if sys.argv[2] in ("die", "leave"):
-    {"die": die, "leave": leave}[sys.argv[2]]()
+if sys.argv[2] in ("die", "leave", "mismatch"):
+    {"die": die, "leave": leave, "mismatch": mismatch}[sys.argv[2]]()
 else:
     main(sys.argv[2])

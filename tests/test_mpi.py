@@ -23,7 +23,7 @@ if MPIEXEC is None:
 
 # layout: SHMCOLL_NODE of each rank; nodes: how many the communicator must find
 LAYOUTS = [("0,0", 1), ("0,1", 2), ("0,0,1", 2), ("0,1,2", 3), ("0,0,0,0", 1),
-           ("0,0,1,1", 2), ("0,0,0,1", 2), ("1,0,1,0", 2)]
+           ("0,0,1,1", 2), ("0,0,0,1", 2), ("1,0,1,0", 2), ("0,1,0,1", 2)]
 SPLIT_LAYOUTS = ["0", "0,1", "0,0,1", "0,1,0,1", "0,0,0,1,1", "0,0,0,1,1,1",
                  "0,1,0,1,0,1,0", "0,0,0,0,1,1,1,1"]
 
@@ -85,6 +85,18 @@ def test_a_rank_that_fails_makes_every_rank_raise(layout):
     assert any("rank 3 failed" in lines[r]["message"] or "is rank 3]" in lines[r]["message"]
                for r in range(last)), lines
     assert set(segment.list_entries()) <= before
+
+
+def test_arrays_that_differ_between_nodes_are_refused_on_every_rank():
+    """Each node agrees inside itself, the nodes do not: the leaders' check between
+    nodes raises MismatchError, and their nodes' ranks learn it (no hang, no garbage)."""
+    res = mpiexec("0,0,1,1", "mismatch", timeout=120)
+    lines = {line["rank"]: line for line in lines_of(res)}
+    assert sorted(lines) == [0, 1, 2, 3], res.stdout + res.stderr[-3000:]
+    for line in lines.values():
+        assert line["raised"] in ("MismatchError", "PeerLostError"), line
+        if line["leader"]:
+            assert line["raised"] == "MismatchError" and "differ between nodes" in line["message"]
 
 
 def mpich_files():

@@ -81,7 +81,7 @@ class Communicator:
         self._owns_mpi = False
         self.rank, self.world_size = self.mpi.Get_rank(), self.mpi.Get_size()
         self._timeout = timeout
-        local = self._local_comm()
+        local, machine_ranks = self._local_comm()
         self.local_rank, self.local_size = local.Get_rank(), local.Get_size()
         lowest = local.allreduce(self.rank, op=MPI.MIN)
         table = self.mpi.allgather((lowest, self.local_rank))
@@ -92,12 +92,10 @@ class Communicator:
         self.members = [[r for r in range(self.world_size) if self.node_of[r] == j]
                         for j in range(self.nodes)]
         self.equal = len({len(m) for m in self.members}) == 1
+        self.block_order = schedules.block_order(self.members) if self.equal else None
         self.cross = self.mpi.Split(self.local_rank, key=self.node_index)
         job = local.bcast(f"mpi-{uuid.uuid4().hex}" if self.local_rank == 0 else None, root=0)
         local.Free()
-        machine = self.mpi.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
-        machine_ranks = machine.Get_size()      # the ranks sharing this machine's cores
-        machine.Free()
         self.node = shared.join(self.local_rank, self.local_size, job, job, timeout,
                                 machine_ranks=machine_ranks)
         self.wait_params = EngineParams.from_env(machine_ranks, timeout)
@@ -115,15 +113,20 @@ class Communicator:
                                          self.node._engine.decider.model, link)
 
     def _local_comm(self):
-        """The ranks of this node: SHMCOLL_NODE's name, else MPI's shared-memory split."""
+        """(The ranks of this node, how many ranks share this machine's cores): the node
+        is SHMCOLL_NODE's name, else MPI's shared-memory split, which is the machine."""
+        machine = self.mpi.Split_type(self.MPI.COMM_TYPE_SHARED, key=self.rank)
         name = get("SHMCOLL_NODE")
         if name is None:
-            return self.mpi.Split_type(self.MPI.COMM_TYPE_SHARED, key=self.rank)
+            return machine, machine.Get_size()
+        machine_ranks = machine.Get_size()
+        machine.Free()
         names = self.mpi.allgather(name)
         first: Dict[str, int] = {}
         for r, n in enumerate(names):
             first.setdefault(n, r)
-        return self.mpi.Split(sorted(first.values()).index(first[name]), key=self.rank)
+        return (self.mpi.Split(sorted(first.values()).index(first[name]), key=self.rank),
+                machine_ranks)
 
     @property
     def leader(self) -> bool:

@@ -10,8 +10,11 @@ as uint8; avg is a sum over both levels divided once at the end (floor division 
 integers, as shmcoll's avg).  Results are in global rank order whatever the nodes'
 ranks are.
 """
+import zlib
+
 import numpy as np
 
+from shmcoll.arrays import _bfloat16_or_none
 from shmcoll.errors import MismatchError
 from shmcoll.mpi.waiting import complete
 
@@ -19,17 +22,8 @@ _MPI_OPS = {"sum": "SUM", "avg": "SUM", "prod": "PROD", "min": "MIN", "max": "MA
             "band": "BAND", "bor": "BOR", "bxor": "BXOR"}
 
 
-def _narrow_types():
-    names = {np.dtype(np.float16)}
-    try:
-        import ml_dtypes
-        names.add(np.dtype(ml_dtypes.bfloat16))
-    except ImportError:
-        pass
-    return names
-
-
-_NARROW = _narrow_types()
+# the types MPI has no reduction for: reduced in float32
+_NARROW = {t for t in (np.dtype(np.float16), _bfloat16_or_none()) if t is not None}
 
 
 def as_bytes(a):
@@ -101,10 +95,13 @@ def node_op(op):
     return "sum" if op == "avg" else op
 
 
-def block_order(c):
+def block_order(members):
     """Global ranks in local-major order: local rank i's node block holds the blocks of
-    ranks members[0][i], members[1][i], ... (its cross partners, in node order)."""
-    return [c.members[j][i] for i in range(c.local_size) for j in range(c.nodes)]
+    ranks members[0][i], members[1][i], ... (its cross partners, in node order); None
+    where that is rank order already (nodes whose ranks interleave), so no reordering
+    copy is needed."""
+    order = [members[j][i] for i in range(len(members[0])) for j in range(len(members))]
+    return None if order == sorted(order) else order
 
 
 # -- allreduce -----------------------------------------------------------------------
@@ -142,8 +139,9 @@ def allreduce_flat(c, x, out, op):
 def reduce_scatter_hierarchical(c, x, out, op):
     """node ReduceScatter of the blocks in local-major order (local rank i keeps its
     cross partners' blocks) -> cross ReduceScatter: node j's rank i keeps its own."""
-    blocks = x.reshape((c.world_size, -1) + x.shape[1:])
-    mine = wide(c.node.reduce_scatter(blocks[block_order(c)], op=node_op(op)))
+    if c.block_order is not None:           # one copy, into the node's block order
+        x = x.reshape((c.world_size, -1) + x.shape[1:])[c.block_order]
+    mine = wide(c.node.reduce_scatter(x, op=node_op(op)))
     got = _landing(out, mine.dtype, (mine.shape[0] // c.nodes,) + mine.shape[1:])
     _mpi(c, c.cross.Ireduce_scatter_block(mine, got, op=mpi_op(c, op)))
     return finish(got.reshape(out.shape), op, c.world_size, out)
@@ -226,11 +224,15 @@ def broadcast_flat(c, x, root):
 # -- allgather and gather ----------------------------------------------------------------------
 
 def _check_across_nodes(c, x):
-    """Leaders compare their nodes' blocks (the node engine checked inside each node):
-    a rank whose array differs raises MismatchError on every leader."""
-    shapes = c.cross.allgather((x.shape, x.dtype.str))
-    if any(s != shapes[0] for s in shapes):
-        raise MismatchError(f"ranks' arrays differ between nodes: {shapes}", "count")
+    """Leaders compare their nodes' blocks (the node engine checked inside each node)
+    before the variable-size MPI step: a rank whose array differs raises MismatchError
+    on every leader.  One small nonblocking exchange, waited like every MPI phase."""
+    mine = np.array([x.nbytes, zlib.crc32(f"{x.shape}{x.dtype.str}".encode())], np.int64)
+    every = np.empty((c.nodes, 2), np.int64)
+    _mpi(c, c.cross.Iallgather(mine, every))
+    if (every != mine).any():
+        raise MismatchError(f"ranks' arrays differ between nodes (bytes, type hash per "
+                            f"node: {every.tolist()})", "count")
 
 
 def _counts(c, x):
@@ -271,7 +273,7 @@ def allgather_leader(c, x, out):
 
 def _apart(x, out):
     """x, copied if it lies in out (an in-place call: MPI refuses aliased buffers)."""
-    return x.copy() if out is not None and np.shares_memory(x, out) else x
+    return x.copy() if out is not None and np.may_share_memory(x, out) else x
 
 
 def allgather_flat(c, x, out):
@@ -335,7 +337,7 @@ def scatter_leader(c, x, out, root):
 
 def scatter_flat(c, x, out, root):
     mine = c.rank == root
-    into = np.empty_like(out) if mine and np.shares_memory(x, out) else out
+    into = np.empty_like(out) if mine and np.may_share_memory(x, out) else out
     _mpi(c, c.mpi.Iscatter(as_bytes(x) if mine else None, as_bytes(into), root=root))
     if into is not out:
         out[...] = into
