@@ -5,6 +5,7 @@ Each collective resolves its buffers once (numpy C-API, no Python per chunk), dr
 the GIL for a single C call, and turns the C status into an exception here.
 """
 from libc.math cimport INFINITY
+from libc.stdlib cimport free, realloc
 from libc.stdint cimport int32_t, int64_t, uint64_t, uintptr_t
 from posix.unistd cimport close as close_fd, dup, usleep
 cimport numpy as cnp
@@ -73,13 +74,18 @@ cdef extern from "csrc/shmcoll.h" nogil:
         void *out
         size_t count
         const uint64_t *layout
+        const char *sym_x
+        char *sym_out
+        size_t sym_x_stride, sym_out_stride
+        int64_t sym_x_id, sym_out_id
     enum:
         SC_COLL_BARRIER, SC_COLL_ALLREDUCE, SC_COLL_REDUCE_SCATTER, SC_COLL_ALLGATHER,
         SC_COLL_BROADCAST, SC_COLL_REDUCE, SC_COLL_GATHER, SC_COLL_SCATTER,
         SC_COLL_ALLTOALL, SC_COLL_ALLTOALLV, SC_NCOLLECTIVES
     enum:
         SC_ALGO_RING, SC_ALGO_DIRECT, SC_ALGO_DIRECT_TWO_SHOT, SC_ALGO_TREE,
-        SC_ALGO_RHD_DOUBLING, SC_ALGO_RHD_HALVING, SC_ALGO_NAIVE, SC_ALGO_BRUCK, SC_NALGOS
+        SC_ALGO_RHD_DOUBLING, SC_ALGO_RHD_HALVING, SC_ALGO_NAIVE, SC_ALGO_BRUCK,
+        SC_ALGO_SYMMETRIC, SC_ALGO_SYMMETRIC_TWO_SHOT, SC_NALGOS
     enum:
         SC_ANY_TAG, SC_P2P_SEND, SC_P2P_RECV, SC_WORK_P2P
     ctypedef struct sc_p2p_op:
@@ -490,6 +496,25 @@ def _strerror(int err):
 
 
 
+# A symmetric allocation (shmcoll.symmetric) as the engine looks it up: rank q's
+# slice starts at base + q * stride in this process.
+ctypedef struct sym_region:
+    uintptr_t base
+    size_t stride
+    int64_t ident       # the allocation's number, the same on every rank
+
+# Where an array lies in its symmetric allocation: (number << SYM_OFFSET_BITS) | offset.
+DEF SYM_OFFSET_BITS = 40
+
+# _run's xbytes of collectives without single-copy schedules.
+DEF NO_SINGLE_COPY = 0xFFFFFFFFFFFFFFFF
+
+# What the symmetric schedules of an AllReduce may run, by where out lies.
+DEF SYM_OUT_PLAIN = 0       # out is not symmetric: one-shot
+DEF SYM_OUT_SYMMETRIC = 1   # out is symmetric too: one-shot or two-shot
+DEF SYM_IN_PLACE = 2        # out is x: two-shot
+
+
 cdef class Engine:
     """One rank's attachment to a segment; owns no name, only the mapping's use.
 
@@ -531,6 +556,10 @@ cdef class Engine:
     cdef bint _closing          # close() is waiting for the works: no new ones
     cdef object _first_error    # the exception of the first work that failed
     cdef str _broken_by         # what broke the communicator, for later calls' errors
+    cdef sym_region *_sym       # symmetric allocations, in the order they were made
+    cdef int _nsym
+    cdef public object symmetric_decide   # (collective, nbytes, algo, out case) -> code
+    cdef dict _sym_codes
     cdef object __weakref__
 
     def __cinit__(self, Segment seg, int rank, int world, uint64_t token, params):
@@ -554,6 +583,7 @@ cdef class Engine:
         self._spin_ns = p.spin_ns
         self.closed_reason = "the communicator is closed"
         self._works = collections.deque()
+        self._sym_codes = {}
 
     cdef int _enter(self) except -1:
         """Take the communicator for one call (GIL held: check and set are atomic),
@@ -704,15 +734,25 @@ cdef class Engine:
 
     cdef object _run(self, int collective, object algo, int dtype, int op, int root,
                      const void *x, void *out, size_t count, size_t nbytes, object keep,
-                     object result, bint async_op, const uint64_t *layout=NULL):
+                     object result, bint async_op, const uint64_t *layout=NULL,
+                     size_t xbytes=NO_SINGLE_COPY, size_t outbytes=0):
         """The single C call of a collective (`nbytes` is the size the selector sees),
         which returns `result`; or, async_op, that call queued as a Work that keeps
         `keep` (the input) and `result` alive until it completed.  alltoallv passes
-        its `layout` (and has one schedule)."""
+        its `layout` (and has one schedule).  Collectives with single-copy schedules
+        pass the bytes of x and out: an x in a symmetric allocation takes them."""
         cdef sc_args a
         a.collective, a.dtype, a.op, a.root = collective, dtype, op, root
-        a.algo = SC_ALGO_DIRECT if layout != NULL else self._code(collective, nbytes, algo)
         a.x, a.out, a.count, a.layout = x, out, count, layout
+        a.sym_x, a.sym_out, a.sym_x_stride, a.sym_out_stride = NULL, NULL, 0, 0
+        a.sym_x_id, a.sym_out_id = -1, -1
+        if self._nsym and xbytes != NO_SINGLE_COPY and self._find_symmetric(x, xbytes, &a.sym_x, &a.sym_x_stride,
+                                                          &a.sym_x_id):
+            a.algo = self._symmetric_code(&a, nbytes, algo, outbytes)
+        elif layout != NULL:
+            a.algo = SC_ALGO_DIRECT
+        else:
+            a.algo = self._code(collective, nbytes, algo)
         if async_op:
             return self._submit(&a, keep, result)
         cdef int st
@@ -824,6 +864,83 @@ cdef class Engine:
         """Nonblocking calls submitted and not settled yet."""
         return len(self._works)
 
+    # -- symmetric allocations ------------------------------------------------------
+    def add_symmetric(self, uintptr_t base, size_t stride, int64_t ident):
+        """Register a symmetric allocation: rank q's slice at base + q * stride here,
+        until remove_symmetric(ident) (before the mapping goes away)."""
+        if ident < 0 or ident >= (1 << (63 - SYM_OFFSET_BITS)) or stride >= (1 << SYM_OFFSET_BITS):
+            raise ValueError("symmetric allocation out of the engine's range")
+        cdef sym_region *grown = <sym_region *>realloc(self._sym, (self._nsym + 1) * sizeof(sym_region))
+        if grown == NULL:
+            raise MemoryError()
+        self._sym = grown
+        self._sym[self._nsym].base = base
+        self._sym[self._nsym].stride = stride
+        self._sym[self._nsym].ident = ident
+        self._nsym += 1
+
+    def remove_symmetric(self, int64_t ident):
+        """Forget allocation `ident`: its mapping is going away."""
+        cdef int i, j = 0
+        for i in range(self._nsym):
+            if self._sym[i].ident != ident:
+                self._sym[j] = self._sym[i]
+                j += 1
+        self._nsym = j
+
+    def symmetric_place(self, uintptr_t address, size_t nbytes):
+        """Where [address, address + nbytes) lies in this rank's slice of a symmetric
+        allocation: (number, offset), or None."""
+        cdef const char *slice0
+        cdef size_t stride
+        cdef int64_t ident
+        if not self._find_symmetric(<const void *>address, nbytes, &slice0, &stride, &ident):
+            return None
+        return ident >> SYM_OFFSET_BITS, ident & ((1 << SYM_OFFSET_BITS) - 1)
+
+    cdef bint _find_symmetric(self, const void *p, size_t nbytes, const char **slice0,
+                              size_t *stride, int64_t *ident):
+        """Whether [p, p + nbytes) lies in this rank's slice of a symmetric allocation;
+        if so, where rank 0's copy of it is, the slices' stride and its place."""
+        cdef uintptr_t at = <uintptr_t>p, lo
+        cdef int i
+        for i in range(self._nsym):
+            lo = self._sym[i].base + <uintptr_t>self.rank * self._sym[i].stride
+            if lo <= at and at + nbytes <= lo + self._sym[i].stride:
+                slice0[0] = <const char *>(self._sym[i].base + (at - lo))
+                stride[0] = self._sym[i].stride
+                ident[0] = (self._sym[i].ident << SYM_OFFSET_BITS) | <int64_t>(at - lo)
+                return True
+        return False
+
+    cdef int _symmetric_code(self, sc_args *a, size_t nbytes, object algo,
+                             size_t outbytes) except -1:
+        """The schedule of a call whose x is symmetric: the decider of symmetric
+        inputs picks among every schedule, the single-copy ones included, as out
+        allows; out's place is kept only for two-shot, which reads it."""
+        cdef int case = SYM_OUT_PLAIN
+        if a.out == a.x:
+            case = SYM_IN_PLACE
+            a.sym_out, a.sym_out_stride, a.sym_out_id = <char *>a.sym_x, a.sym_x_stride, a.sym_x_id
+        elif (a.collective == SC_COLL_ALLREDUCE and a.out != NULL and
+              self._find_symmetric(a.out, outbytes, <const char **>&a.sym_out,
+                                   &a.sym_out_stride, &a.sym_out_id)):
+            case = SYM_OUT_SYMMETRIC
+        if a.collective != SC_COLL_ALLREDUCE:
+            case = SYM_OUT_PLAIN
+        key = (a.collective, nbytes, algo, case)
+        code = self._sym_codes.get(key)
+        if code is None:
+            if self.symmetric_decide is None:
+                raise RuntimeError("symmetric allocation without a decider")
+            code = self.symmetric_decide(COLLECTIVE_NAMES[a.collective], nbytes, algo, case)
+            if len(self._sym_codes) >= 4096:
+                self._sym_codes.clear()
+            self._sym_codes[key] = code
+        if code != SC_ALGO_SYMMETRIC_TWO_SHOT:
+            a.sym_out, a.sym_out_stride, a.sym_out_id = NULL, 0, -1
+        return code
+
     cdef int _code(self, int collective, size_t nbytes, object algo) except -1:
         """The schedule for this size: the decider's, remembered per (size, algo)."""
         key = nbytes if algo is None else (algo, nbytes)
@@ -850,9 +967,10 @@ cdef class Engine:
         cdef int dt, lanes
         cdef cnp.ndarray xa = reduction_input(x, op, &dt, &lanes)
         cdef cnp.ndarray oa = out_like(out, xa, True)
+        cdef size_t nb = <size_t>cnp.PyArray_NBYTES(xa)
         return self._run(SC_COLL_ALLREDUCE, algo, dt, op, -1, cnp.PyArray_DATA(xa),
                          cnp.PyArray_DATA(oa), <size_t>cnp.PyArray_SIZE(xa) * lanes,
-                         <size_t>cnp.PyArray_NBYTES(xa), xa, oa, async_op)
+                         nb, xa, oa, async_op, NULL, nb, nb)
 
     def reduce(self, x, out, int op, int root, algo=None, bint async_op=False):
         self._live()
@@ -868,9 +986,10 @@ cdef class Engine:
             op_ = cnp.PyArray_DATA(oa)
         if self.rank != root:
             oa, op_ = None, NULL
+        cdef size_t nb = <size_t>cnp.PyArray_NBYTES(xa)
         return self._run(SC_COLL_REDUCE, algo, dt, op, root, cnp.PyArray_DATA(xa), op_,
-                         <size_t>cnp.PyArray_SIZE(xa) * lanes, <size_t>cnp.PyArray_NBYTES(xa),
-                         xa, oa, async_op)
+                         <size_t>cnp.PyArray_SIZE(xa) * lanes, nb, xa, oa, async_op, NULL,
+                         nb, nb if op_ != NULL else 0)
 
     def reduce_scatter(self, x, out, int op, algo=None, bint async_op=False):
         self._live()
@@ -896,7 +1015,8 @@ cdef class Engine:
                 check_no_partial_overlap(oa, xa, False)
         return self._run(SC_COLL_REDUCE_SCATTER, algo, dt, op, -1, cnp.PyArray_DATA(xa),
                          cnp.PyArray_DATA(oa), <size_t>cnp.PyArray_SIZE(oa) * lanes,
-                         <size_t>cnp.PyArray_NBYTES(xa), xa, oa, async_op)
+                         <size_t>cnp.PyArray_NBYTES(xa), xa, oa, async_op, NULL,
+                         <size_t>cnp.PyArray_NBYTES(xa), <size_t>cnp.PyArray_NBYTES(oa))
 
     def allgather(self, x, out, algo=None, bint async_op=False):
         self._live()
@@ -905,7 +1025,8 @@ cdef class Engine:
         cdef cnp.ndarray oa = stacked_out(out, xa, self.world_size, self.rank)
         return self._run(SC_COLL_ALLGATHER, algo, copy_code(xa), -1, -1, cnp.PyArray_DATA(xa),
                          cnp.PyArray_DATA(oa), <size_t>cnp.PyArray_NBYTES(xa),
-                         <size_t>cnp.PyArray_NBYTES(oa), xa, oa, async_op)
+                         <size_t>cnp.PyArray_NBYTES(oa), xa, oa, async_op, NULL,
+                         <size_t>cnp.PyArray_NBYTES(xa), <size_t>cnp.PyArray_NBYTES(oa))
 
     def gather(self, x, out, int root, algo=None, bint async_op=False):
         self._live()
@@ -921,7 +1042,8 @@ cdef class Engine:
             oa, op_ = None, NULL
         cdef size_t nb = <size_t>cnp.PyArray_NBYTES(xa)
         return self._run(SC_COLL_GATHER, algo, copy_code(xa), -1, root, cnp.PyArray_DATA(xa),
-                         op_, nb, nb * self.world_size, xa, oa, async_op)
+                         op_, nb, nb * self.world_size, xa, oa, async_op, NULL, nb,
+                         nb * self.world_size if op_ != NULL else 0)
 
     def scatter(self, x, out, int root, algo=None, bint async_op=False):
         self._live()
@@ -959,7 +1081,7 @@ cdef class Engine:
         check_copyable(xa)
         cdef size_t nb = <size_t>cnp.PyArray_NBYTES(xa)
         return self._run(SC_COLL_BROADCAST, algo, copy_code(xa), -1, root,
-                         cnp.PyArray_DATA(xa), NULL, nb, nb, None, xa, async_op)
+                         cnp.PyArray_DATA(xa), NULL, nb, nb, None, xa, async_op, NULL, nb, 0)
 
     def alltoall(self, x, out, algo=None, bint async_op=False):
         self._live()
@@ -1101,13 +1223,16 @@ cdef class Engine:
             self.c = NULL
         sc_progress_free(self.progress)
         self.progress = NULL
+        free(self._sym)
+        self._sym = NULL
 
 
 include "_work.pxi"
 
 
 # The call record's fields in C order, then the pseudo-field SC_FIELD_SEQUENCE.
-CALL_FIELDS = ("collective", "count", "dtype", "op", "root", "algorithm", "sequence")
+CALL_FIELDS = ("collective", "count", "dtype", "op", "root", "algorithm",
+               "x's symmetric buffer", "out's symmetric buffer", "sequence")
 # The C enums under the names the Python side uses: shmcoll.h is their one source,
 # shmcoll.collectives and the algorithm modules read them from here.
 COLLECTIVE_CODES = {"barrier": SC_COLL_BARRIER, "allreduce": SC_COLL_ALLREDUCE,
@@ -1119,7 +1244,12 @@ COLLECTIVE_NAMES = {code: name for name, code in COLLECTIVE_CODES.items()}
 SCHEDULE_CODES = {"ring": SC_ALGO_RING, "direct": SC_ALGO_DIRECT,
                   "direct_two_shot": SC_ALGO_DIRECT_TWO_SHOT, "tree": SC_ALGO_TREE,
                   "rhd_doubling": SC_ALGO_RHD_DOUBLING, "rhd_halving": SC_ALGO_RHD_HALVING,
-                  "naive": SC_ALGO_NAIVE, "bruck": SC_ALGO_BRUCK}
+                  "naive": SC_ALGO_NAIVE, "bruck": SC_ALGO_BRUCK,
+                  "symmetric": SC_ALGO_SYMMETRIC,
+                  "symmetric_two_shot": SC_ALGO_SYMMETRIC_TWO_SHOT}
+# Symmetric decisions by where out lies (Engine._symmetric_code).
+SYMMETRIC_OUT_CASES = {"plain": SYM_OUT_PLAIN, "symmetric": SYM_OUT_SYMMETRIC,
+                       "in place": SYM_IN_PLACE}
 assert len(COLLECTIVE_CODES) == SC_NCOLLECTIVES - 1 and len(SCHEDULE_CODES) == SC_NALGOS
 
 
@@ -1169,6 +1299,11 @@ def implemented():
 def _describe(field, value):
     """A call record's value as text; a value no rank could have written (a corrupt
     record) is shown as it is, never raised on."""
+    if field.endswith("symmetric buffer"):
+        if value < 0:
+            return "not in one"
+        return (f"allocation #{value >> SYM_OFFSET_BITS} at byte "
+                f"{value & ((1 << SYM_OFFSET_BITS) - 1)}")
     if value < 0:
         return "none"
     try:

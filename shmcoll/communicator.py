@@ -112,6 +112,12 @@ def _finish_at_exit():
             pass
 
 
+def _forget_symmetric(engine_ref, number):
+    engine = engine_ref()
+    if engine is not None:
+        engine.remove_symmetric(number)
+
+
 class Communicator:
     """A group of `world_size` ranks on this machine sharing one segment.
 
@@ -133,6 +139,8 @@ class Communicator:
         self._timeout = get("SHMCOLL_TIMEOUT") if timeout is None else timeout
         self._device_path = None
         self._splits = 0        # split() calls so far: part of each child's name
+        self._symmetric_count = 0   # symmetric allocations so far: each one's number
+        self._symmetric = None      # their deciders, made at the first
         self.rank: int = engine.rank
         self.world_size: int = engine.world_size
         self._rules = rules or selector.Rules()
@@ -143,9 +151,16 @@ class Communicator:
         _ENGINES.add(engine)
 
     def algorithm_for(self, collective: str, nbytes: int, algo: Optional[str] = None,
-                      device: bool = False) -> str:
+                      device: bool = False, symmetric: Optional[str] = None) -> str:
         """What a call of `collective` on nbytes (priced as in shmcoll.collectives) runs
-        here, as 'algorithm' or 'algorithm (variant)'; device=True: for device arrays."""
+        here, as 'algorithm' or 'algorithm (variant)'; device=True: for device arrays;
+        symmetric: for an x in a symmetric allocation, with out "plain", "symmetric"
+        or "in place" (see empty)."""
+        if symmetric is not None:
+            if symmetric not in _engine.SYMMETRIC_OUT_CASES:
+                raise ValueError(f"symmetric must be one of {', '.join(_engine.SYMMETRIC_OUT_CASES)}"
+                                 f" or None, got {symmetric!r}")
+            return self._symmetric_deciders()[symmetric].label(collective, nbytes, algo)
         return self._decider(device).label(collective, nbytes, algo)
 
     def _decider(self, device=False):
@@ -160,6 +175,50 @@ class Communicator:
             from shmcoll.cuda.path import DevicePath
             self._device_path = DevicePath(self._engine, self._rules, self._timeout)
         return self._device_path
+
+    # -- symmetric allocations ---------------------------------------------
+    def empty(self, shape: Union[int, Sequence[int]], dtype: Any = np.float32) -> np.ndarray:
+        """A new array in the job's shared memory, the same allocation on every rank
+        (collective: every rank passes the same shape and dtype, in call order).
+
+        Collectives whose x is such an array (or a view of it at the same place on every
+        rank) read the peers' arrays where they lie instead of copying them through the
+        channels (shmcoll.symmetric; the selector prices both).  x and out must be
+        symmetric on every rank or on none (else MismatchError).  AllReduce in place
+        (out=x) and with a symmetric out may run two-shot.  The ordering rule: a rank
+        writes its array before the call and may write it again once the call returned
+        (peers finished reading it by then).  The memory is freed once no array of the
+        allocation is left on any rank."""
+        from shmcoll import symmetric
+        if self.closed:
+            self._engine.barrier()      # raises ClosedError
+        if self._engine.symmetric_decide is None:
+            deciders = {_engine.SYMMETRIC_OUT_CASES[name]: d
+                        for name, d in self._symmetric_deciders().items()}
+            self._engine.symmetric_decide = \
+                lambda coll, nbytes, algo, case: deciders[case].code(coll, nbytes, algo)
+        allocation, shape, dt = symmetric.allocate(self, shape, dtype, self._symmetric_count)
+        self._symmetric_count += 1
+        self._engine.add_symmetric(allocation.base, allocation.stride, allocation.number)
+        # The mapping lives as long as an array of it; the engine forgets it first.
+        weakref.finalize(allocation.mapping, _forget_symmetric, weakref.ref(self._engine),
+                         allocation.number)
+        return allocation.array(self.rank, shape, dt)
+
+    def zeros(self, shape: Union[int, Sequence[int]], dtype: Any = np.float32) -> np.ndarray:
+        """empty(), filled with zeros (a new segment's pages are zero already)."""
+        return self.empty(shape, dtype)
+
+    def _symmetric_deciders(self):
+        """What calls with a symmetric x run: a Decider per place of out, by name."""
+        if self._symmetric is None:
+            decider = self._engine.decider
+            self._symmetric = {
+                name: Decider(self.world_size, decider.model, self._rules,
+                              selector.symmetric_variants(self.world_size, name),
+                              log_rank=decider.log_rank)
+                for name in _engine.SYMMETRIC_OUT_CASES}
+        return self._symmetric
 
     def synchronize(self) -> None:
         """Wait until this rank's collectives on device arrays have finished on the

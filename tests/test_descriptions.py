@@ -5,13 +5,20 @@ import pytest
 
 from shmcoll import _engine, collectives
 from shmcoll.cuda.path import HOST_ONLY, VARIANTS
-from shmcoll.tuning.algorithms import REGISTRY, name_of_code
+from shmcoll.tuning.algorithms import ALL, REGISTRY, SINGLE_COPY, name_of_code
 
 
 def priced_schedules(world=4, nbytes=4096):
-    """{(collective, engine code)} of every variant the algorithm modules price."""
-    return {(coll, code) for alg in REGISTRY.values() for coll in alg.COLLECTIVES
+    """{(collective, engine code)} of every variant the algorithm modules price (the
+    single-copy ones included)."""
+    return {(coll, code) for alg in ALL.values() for coll in alg.COLLECTIVES
             for _, code, _ in alg.variants(coll, world, nbytes)}
+
+
+def test_single_copy_schedules_are_apart_from_the_ordinary_ones():
+    assert not set(SINGLE_COPY) & set(REGISTRY)
+    assert name_of_code(_engine.SCHEDULE_CODES["symmetric_two_shot"], "allreduce") == \
+        "symmetric (two-shot)"
 
 
 def test_the_engine_runs_exactly_what_the_cost_model_prices():

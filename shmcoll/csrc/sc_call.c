@@ -1,4 +1,5 @@
-/* Mismatched calls.  A rank publishes {collective, count, dtype, op, root, algorithm}
+/* Mismatched calls.  A rank publishes {collective, count, dtype, op, root, algorithm,
+ * where x and out lie in symmetric buffers}
  * before it moves data, checks a peer's call the first time it is about to consume
  * something that peer sent in this call, and before it returns checks every peer it
  * has not checked yet.  So no rank returns success while any rank of the job made
@@ -8,10 +9,11 @@
  * the same MismatchError instead of hanging or reducing bytes of another call. */
 #include "sc_internal.h"
 
-void sc_call_begin(sc_comm *c, int collective, int64_t count, int dtype, int op, int root, int algo)
+void sc_call_begin(sc_comm *c, int collective, int64_t count, int dtype, int op, int root, int algo,
+                   int64_t sym_x, int64_t sym_out)
 {
     c->call_seq++;
-    c->call = (sc_call){ { collective, count, dtype, op, root, algo } };
+    c->call = (sc_call){ { collective, count, dtype, op, root, algo, sym_x, sym_out } };
     sc_call_slot *slot = &c->ranks[c->rank].calls[c->call_seq % SC_CALL_HISTORY];
     slot->call = c->call;
     sc_signal(&slot->seq, c->call_seq);

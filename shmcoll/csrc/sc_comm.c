@@ -363,7 +363,7 @@ int sc_barrier(sc_comm *c)
 {
     if (c->broken)
         return SC_EBROKEN;
-    sc_call_begin(c, SC_COLL_BARRIER, 0, -1, -1, -1, -1);
+    sc_call_begin(c, SC_COLL_BARRIER, 0, -1, -1, -1, -1, -1, -1);
     uint64_t n = ++c->barrier_seq;
     sc_signal(&c->ranks[c->rank].barrier, n);
     for (int i = 1; i < c->world; i++) {

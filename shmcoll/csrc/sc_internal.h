@@ -13,7 +13,7 @@
 #include "shmcoll.h"
 
 #define SC_MAGIC 0x6c6c6f636d687353ULL   /* "Sshmcoll" little-endian */
-#define SC_LAYOUT_VERSION 4u
+#define SC_LAYOUT_VERSION 5u
 #define SC_TABLES 2          /* channel tables: collectives, point-to-point */
 #define SC_LINE 128
 #define SC_PAGE 4096
@@ -194,6 +194,14 @@ int sc_rhd_allgather(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 int sc_direct_alltoall(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 int sc_direct_alltoallv(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 int sc_bruck_alltoall(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+/* Single-copy schedules over symmetric buffers (sc_symmetric.c). */
+int sc_symmetric_allreduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_symmetric_two_shot(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_symmetric_reduce_scatter(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_symmetric_allgather(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_symmetric_broadcast(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_symmetric_reduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_symmetric_gather(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 
 /* Block b of `count` elements cut in `world` parts: [off, off+len), the first
  * count % world blocks one element longer. */
@@ -262,7 +270,8 @@ int sc_wait_any(sc_comm *c, sc_flag *const *flags, const uint64_t *targets, cons
 /* Calls (sc_call.c): publish ours, check a peer's before using its data, and check
  * every peer not checked yet before returning, so that every rank learns of every
  * mismatch, calls that move no data included. */
-void sc_call_begin(sc_comm *c, int collective, int64_t count, int dtype, int op, int root, int algo);
+void sc_call_begin(sc_comm *c, int collective, int64_t count, int dtype, int op, int root, int algo,
+                   int64_t sym_x, int64_t sym_out);
 int sc_call_check(sc_comm *c, int peer);
 int sc_call_check_all(sc_comm *c);
 

@@ -21,30 +21,37 @@ static const sc_schedule schedules[SC_NCOLLECTIVES][SC_NALGOS] = {
         [SC_ALGO_RHD_DOUBLING] = sc_rhd_allreduce,
         [SC_ALGO_RHD_HALVING] = sc_rhd_allreduce,
         [SC_ALGO_NAIVE] = sc_rooted_allreduce,
+        [SC_ALGO_SYMMETRIC] = sc_symmetric_allreduce,
+        [SC_ALGO_SYMMETRIC_TWO_SHOT] = sc_symmetric_two_shot,
     },
     [SC_COLL_REDUCE_SCATTER] = {
         [SC_ALGO_RING] = sc_ring_reduce_scatter,
         [SC_ALGO_DIRECT] = sc_direct_reduce_scatter,
         [SC_ALGO_RHD_HALVING] = sc_rhd_reduce_scatter,
+        [SC_ALGO_SYMMETRIC] = sc_symmetric_reduce_scatter,
     },
     [SC_COLL_ALLGATHER] = {
         [SC_ALGO_RING] = sc_ring_allgather,
         [SC_ALGO_DIRECT] = sc_direct_allgather,
         [SC_ALGO_RHD_DOUBLING] = sc_rhd_allgather,
+        [SC_ALGO_SYMMETRIC] = sc_symmetric_allgather,
     },
     [SC_COLL_BROADCAST] = {
         [SC_ALGO_RING] = sc_rooted_broadcast,
         [SC_ALGO_DIRECT] = sc_rooted_broadcast,
         [SC_ALGO_TREE] = sc_rooted_broadcast,
+        [SC_ALGO_SYMMETRIC] = sc_symmetric_broadcast,
     },
     [SC_COLL_REDUCE] = {
         [SC_ALGO_RING] = sc_rooted_reduce,
         [SC_ALGO_DIRECT] = sc_rooted_reduce,
         [SC_ALGO_TREE] = sc_rooted_reduce,
+        [SC_ALGO_SYMMETRIC] = sc_symmetric_reduce,
     },
     [SC_COLL_GATHER] = {
         [SC_ALGO_DIRECT] = sc_rooted_gather,
         [SC_ALGO_TREE] = sc_rooted_gather,
+        [SC_ALGO_SYMMETRIC] = sc_symmetric_gather,
     },
     [SC_COLL_SCATTER] = {
         [SC_ALGO_DIRECT] = sc_rooted_scatter,
@@ -96,7 +103,11 @@ int sc_run(sc_comm *c, const sc_args *a)
         return SC_EINVAL;
     if (c->broken)
         return SC_EBROKEN;
-    sc_call_begin(c, a->collective, (int64_t)a->count, a->dtype, a->op, a->root, a->algo);
+    int symmetric = a->algo == SC_ALGO_SYMMETRIC || a->algo == SC_ALGO_SYMMETRIC_TWO_SHOT;
+    if (symmetric && (!a->sym_x || (a->algo == SC_ALGO_SYMMETRIC_TWO_SHOT && !a->sym_out)))
+        return SC_EINVAL;
+    sc_call_begin(c, a->collective, (int64_t)a->count, a->dtype, a->op, a->root, a->algo,
+                  symmetric ? a->sym_x_id : -1, symmetric ? a->sym_out_id : -1);
     if (c->world == 1) {
         run_alone(a, k);
         return SC_OK;

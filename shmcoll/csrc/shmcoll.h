@@ -48,7 +48,8 @@ typedef enum sc_dtype {
  * rank checks every peer before it returns; it is reported, never skipped). */
 typedef enum sc_call_field {
     SC_FIELD_COLLECTIVE, SC_FIELD_COUNT, SC_FIELD_DTYPE, SC_FIELD_OP, SC_FIELD_ROOT,
-    SC_FIELD_ALGORITHM, SC_CALL_FIELDS, SC_FIELD_SEQUENCE = SC_CALL_FIELDS
+    SC_FIELD_ALGORITHM, SC_FIELD_SYMMETRIC_X, SC_FIELD_SYMMETRIC_OUT, SC_CALL_FIELDS,
+    SC_FIELD_SEQUENCE = SC_CALL_FIELDS
 } sc_call_field;
 
 typedef enum sc_collective {
@@ -68,6 +69,9 @@ typedef enum sc_algo {
     SC_ALGO_RHD_HALVING = 5,   /* Rabenseifner: recursive halving RS + doubling AG */
     SC_ALGO_NAIVE = 6,         /* AllReduce = star Reduce to rank 0 + star Broadcast */
     SC_ALGO_BRUCK = 7,         /* Bruck's log-step all-to-all */
+    SC_ALGO_SYMMETRIC = 8,     /* single copy: peers' symmetric buffers read in place */
+    SC_ALGO_SYMMETRIC_TWO_SHOT = 9, /* AllReduce: block q reduced by rank q into its symmetric
+                                     * out, then every rank copies the blocks */
     SC_NALGOS
 } sc_algo;
 
@@ -140,6 +144,14 @@ typedef struct sc_args {
     void *out;
     size_t count;
     const uint64_t *layout;     /* alltoallv only */
+    /* Symmetric schedules only: rank q's copy of x is at sym_x + q * sym_x_stride in
+     * this process (x itself is rank `rank`'s), likewise out at sym_out (NULL when out
+     * is not in a symmetric buffer).  The ids say where in which buffer x and out lie
+     * (-1: not symmetric); every rank must pass the same (they are call fields). */
+    const char *sym_x;
+    char *sym_out;
+    size_t sym_x_stride, sym_out_stride;
+    int64_t sym_x_id, sym_out_id;
 } sc_args;
 
 int sc_barrier(sc_comm *c);

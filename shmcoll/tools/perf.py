@@ -51,8 +51,8 @@ ALL_OPS = ("sum", "prod", "max", "min", "avg")      # nccl-tests' -o all
 
 
 def run_size(comm, collective, nbytes, dtype, op, algo, iters, warmup, check, inplace, root=0,
-             device=False):
-    case = Case(comm, collective, nbytes, dtype, op, algo, root, device)
+             device=False, symmetric=False):
+    case = Case(comm, collective, nbytes, dtype, op, algo, root, device, symmetric)
     n = iters or auto_iters(case.nbytes)
     w = warmup if warmup >= 0 else max(2, n // 10)
     seconds = time_calls(comm, case.call(inplace), n, w)
@@ -60,7 +60,8 @@ def run_size(comm, collective, nbytes, dtype, op, algo, iters, warmup, check, in
     wrong = int(comm.allreduce(np.array([wrong], np.int64))[0])
     algbw = case.nbytes / seconds / 1e9 if seconds > 0 else 0.0
     chosen = "p2p" if collective == SENDRECV.name else \
-        comm.algorithm_for(collective, case.nbytes, algo, device=device)
+        comm.algorithm_for(collective, case.nbytes, algo, device=device,
+                           symmetric=_out_case(collective, inplace) if symmetric else None)
     return Row(collective, comm.world_size, case.nbytes, case.count, str(case.dtype),
                op if BY_NAME[collective].reducing else "none", chosen, inplace, seconds * 1e6,
                algbw, algbw * bus_factor(collective, comm.world_size), wrong,
@@ -68,6 +69,11 @@ def run_size(comm, collective, nbytes, dtype, op, algo, iters, warmup, check, in
 
 
 TYPE_NAMES = {numpy: nccl for nccl, numpy in NCCL_TYPES.items()}
+
+
+def _out_case(collective, inplace):
+    """Where out lies in a --symmetric sweep (x and out both symmetric)."""
+    return "in place" if inplace and collective == "allreduce" else "symmetric"
 
 
 def header(opts, algo):
@@ -126,7 +132,9 @@ def sweep_worker(comm, opts):
     """Runs on every rank; rank 0 prints as it goes.  Returns rows (rank 0) or None."""
     from shmcoll.tuning.selector import algorithms_for
     device = getattr(opts, "device", "cpu") == "cuda"
-    algos = algorithms_for(opts.collective) if opts.algo == "all" else [opts.algo]
+    symmetric = getattr(opts, "symmetric", False)
+    algos = algorithms_for(opts.collective, single_copy=symmetric) if opts.algo == "all" \
+        else [opts.algo]
     if getattr(opts, "mpi", False) and opts.algo == "all":
         algos = comm.compositions(opts.collective)
     if device and opts.algo == "all":
@@ -142,7 +150,8 @@ def sweep_worker(comm, opts):
         block = []
         for k, (dtype, op, nbytes) in enumerate(points):
             pair = [run_size(comm, opts.collective, nbytes, dtype, op, algo,
-                             opts.iters, opts.warmup, opts.check, inplace, opts.root, device)
+                             opts.iters, opts.warmup, opts.check, inplace, opts.root, device,
+                             symmetric)
                     for inplace in (False, True)]
             block.extend(pair)
             if lead:
@@ -238,6 +247,9 @@ def add_arguments(p):
                    help="run as one rank of an MPI job on shmcoll.mpi.Communicator "
                         "(mpirun -np N shmcoll perf --mpi ...; -np is MPI's); --algo takes "
                         "hierarchical, leader, flat, auto or all")
+    p.add_argument("--symmetric", action="store_true",
+                   help="x and out in symmetric allocations (Communicator.empty), so the "
+                        "single-copy schedules compete")
     p.add_argument("-c", "--check", type=int, choices=(0, 1), default=1)
     p.add_argument("--json", default=None, metavar="FILE", help="also write the rows as JSON")
     from shmcoll import __version__
@@ -297,11 +309,16 @@ def validate(parser, opts):
         parser.error(f"-r/--root must be in [0, {opts.np})")
     if opts.algo == "auto":
         opts.algo = None
+    if opts.symmetric and (opts.mpi or opts.device == "cuda"):
+        parser.error("--symmetric: symmetric allocations are the CPU engine's (no --mpi, "
+                     "no --device cuda)")
     if opts.algo not in (None, "all") and not opts.mpi:
         from shmcoll.tuning.selector import algorithms_for
-        if opts.algo not in algorithms_for(opts.collective):
-            parser.error(f"--algo {opts.algo}: not an algorithm of {opts.collective}; choose from "
-                         f"{', '.join(algorithms_for(opts.collective) + ['auto', 'all'])}")
+        known = algorithms_for(opts.collective, single_copy=opts.symmetric)
+        if opts.algo not in known:
+            parser.error(f"--algo {opts.algo}: not an algorithm of {opts.collective}"
+                         f"{' on ordinary arrays (see --symmetric)' if not opts.symmetric else ''}; "
+                         f"choose from {', '.join(known + ['auto', 'all'])}")
     if opts.plot:
         try:
             import matplotlib  # noqa: F401

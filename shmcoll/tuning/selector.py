@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from shmcoll._core.sizes import format_size, parse_size
 from shmcoll.collectives import NAMES as ALL_COLLECTIVES
-from shmcoll.tuning.algorithms import REGISTRY
+from shmcoll.tuning.algorithms import ALL, REGISTRY, SINGLE_COPY
 from shmcoll.tuning.algorithms.terms import model_for_collective
 
 log = logging.getLogger("shmcoll")
@@ -40,8 +40,33 @@ class Candidate:
         return self.algorithm if self.variant == self.algorithm else f"{self.algorithm} ({self.variant})"
 
 
-def algorithms_for(collective):
-    return [name for name, alg in REGISTRY.items() if collective in alg.COLLECTIVES]
+def algorithms_for(collective, single_copy=False):
+    """The algorithms implementing `collective`; single_copy: with those that need a
+    symmetric x (algorithms.SINGLE_COPY)."""
+    pool = ALL if single_copy else REGISTRY
+    return [name for name, alg in pool.items() if collective in alg.COLLECTIVES]
+
+
+# What a call whose x is symmetric may run of the single-copy AllReduce, by where its
+# out lies (one-shot writes out while peers read x; two-shot reads peers' out).
+_SINGLE_COPY_ALLREDUCE = {"plain": ("one-shot",), "symmetric": ("one-shot", "two-shot"),
+                          "in place": ("two-shot",)}
+
+
+def symmetric_variants(world, out_case):
+    """{collective: {algorithm: (variant, ...)}} for calls whose x is in a symmetric
+    allocation: every schedule, the single-copy ones included, as `out_case` ("plain",
+    "symmetric" or "in place") allows."""
+    table = {}
+    for coll in ALL_COLLECTIVES:
+        names = {}
+        for name in algorithms_for(coll, single_copy=True):
+            kinds = tuple(v for v, _, _ in ALL[name].variants(coll, world, 0))
+            if name in SINGLE_COPY and coll == "allreduce":
+                kinds = tuple(v for v in kinds if v in _SINGLE_COPY_ALLREDUCE[out_case])
+            names[name] = kinds
+        table[coll] = names
+    return table
 
 
 def cost_table(collective, world, nbytes, model=None, variants=None):
@@ -54,24 +79,25 @@ def cost_table(collective, world, nbytes, model=None, variants=None):
         model = model_for(world)[0]
     model = model_for_collective(model, collective)
     table = {}
-    for name in algorithms_for(collective):
+    for name in algorithms_for(collective, single_copy=variants is not None):
         if variants is not None and name not in variants:
             continue
         best = None
-        for variant, code, terms in REGISTRY[name].variants(collective, world, nbytes):
+        for variant, code, terms in ALL[name].variants(collective, world, nbytes):
             if variants is not None and variant not in variants[name]:
                 continue
             seconds = model.seconds(terms, name) if world > 1 else 0.0
             if best is None or seconds < best.seconds:
                 best = Candidate(name, variant, code, seconds)
-        table[name] = best
+        if best is not None:
+            table[name] = best
     return table
 
 
 def _check_algo(collective, algo):
     if collective not in ALL_COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r}")
-    known = algorithms_for(collective)
+    known = algorithms_for(collective, single_copy=True)
     if algo not in known:
         raise ValueError(f"unknown algorithm {algo!r} for {collective}; available: "
                          f"{', '.join(known + ['auto'])}")
@@ -99,6 +125,10 @@ def decide(collective, world, nbytes, algo=None, model=None, rules=None, variant
     if algo is None:
         return Decision(min(table.values(), key=lambda c: c.seconds), "cost model", table)
     _check_algo(collective, algo)
+    if algo not in table and algo in SINGLE_COPY:
+        raise ValueError(f"algorithm {algo!r} needs x in a symmetric allocation "
+                         f"(Communicator.empty / zeros) on every rank"
+                         f"{'' if collective != 'allreduce' else ' (two-shot: out too; one-shot: out not x)'}")
     if algo not in table:
         raise ValueError(f"algorithm {algo!r} does not run {collective} on this path; "
                          f"available: {', '.join(list(table) + ['auto'])}")
@@ -133,7 +163,7 @@ class Rule:
     hi: int = None       # inclusive; None: no upper bound
 
     def covers(self, collective, nbytes):
-        return ((self.collective is None and collective in REGISTRY[self.algorithm].COLLECTIVES)
+        return ((self.collective is None and collective in ALL[self.algorithm].COLLECTIVES)
                 or self.collective == collective) and \
             self.lo <= nbytes and (self.hi is None or nbytes <= self.hi)
 
@@ -151,10 +181,10 @@ class Rules(tuple):
 def _parse_choice(collective, text, where):
     name, _, span = text.partition("@")
     name = name.strip()
-    if name not in REGISTRY:
+    if name not in ALL:
         raise ValueError(f"SHMCOLL_ALGO: unknown algorithm {name!r} in {where!r}; "
-                         f"known: {', '.join(sorted(REGISTRY))}")
-    if collective and collective not in REGISTRY[name].COLLECTIVES:
+                         f"known: {', '.join(sorted(ALL))}")
+    if collective and collective not in ALL[name].COLLECTIVES:
         raise ValueError(f"SHMCOLL_ALGO: {name} does not implement {collective} (in {where!r})")
     lo, hi = 0, None
     if span.strip():

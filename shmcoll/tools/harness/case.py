@@ -40,9 +40,11 @@ def count_wrong(got, want):
 
 class Case:
     """One collective at one size on this rank (nbytes as in shmcoll.collectives;
-    blocked collectives round down to whole blocks)."""
+    blocked collectives round down to whole blocks).  symmetric: x and out are
+    symmetric allocations (Communicator.empty; collective, like the case itself)."""
 
-    def __init__(self, comm, collective, nbytes, dtype, op, algo, root=0, device=False):
+    def __init__(self, comm, collective, nbytes, dtype, op, algo, root=0, device=False,
+                 symmetric=False):
         self.comm, self.collective, self.op, self.algo = comm, collective, op, algo
         self.device = device
         P, itemsize = comm.world_size, np.dtype(dtype).itemsize
@@ -58,8 +60,9 @@ class Case:
             "scatter": ((P, block), (block,)), "alltoall": ((P, block), (P, block)),
             "sendrecv": ((count,), (count,)),
         }[collective]
-        self.host_x = np.empty(shapes[0], dtype)
-        self.host_out = np.empty(shapes[1], dtype) if shapes[1] else None
+        empty = comm.empty if symmetric else np.empty
+        self.host_x = empty(shapes[0], dtype)
+        self.host_out = empty(shapes[1], dtype) if shapes[1] else None
         self.fill()
 
     def fill(self):

@@ -1,13 +1,18 @@
 """One module per algorithm; each declares the collectives it implements and, per
 collective, its variants with their cost terms (algorithms.terms).  Adding an
-algorithm is one module plus one entry in REGISTRY."""
-from shmcoll.tuning.algorithms import bruck, direct, naive, rhd, ring, tree
+algorithm is one module plus one entry in REGISTRY.
+
+REGISTRY holds the schedules that run on any arrays; SINGLE_COPY those that need x
+in a symmetric allocation (Communicator.empty), priced only for such calls."""
+from shmcoll.tuning.algorithms import bruck, direct, naive, rhd, ring, symmetric, tree
 
 REGISTRY = {alg.NAME: alg for alg in (ring, direct, tree, rhd, naive, bruck)}
+SINGLE_COPY = {symmetric.NAME: symmetric}
+ALL = {**REGISTRY, **SINGLE_COPY}
 
 # (engine code, collective) -> (algorithm, variant), for logs and mismatch reports.
 _VARIANT_OF_CODE = {}
-for _alg in REGISTRY.values():
+for _alg in ALL.values():
     for _coll in _alg.COLLECTIVES:
         for _variant, _code, _ in _alg.variants(_coll, 2, 0):
             _VARIANT_OF_CODE[_code, _coll] = (_alg.NAME, _variant)

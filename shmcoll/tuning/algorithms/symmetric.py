@@ -1,0 +1,51 @@
+"""Single-copy schedules over symmetric buffers (Communicator.empty): peers' arrays
+are read where they lie, so nothing is staged through channel slots.  They run only
+when x is in a symmetric allocation (every rank's, at the same place), and then
+compete with every other schedule in the same cost table.
+
+  one-shot AllReduce   every rank reduces all P arrays itself, in rank order
+  two-shot AllReduce   rank q reduces block q into its (symmetric) out, then every
+                       rank copies the other blocks from the ranks that reduced them
+  ReduceScatter        rank q reduces block q of every array
+  AllGather, Gather    copies of every array (on the root only for Gather)
+  Broadcast            every rank copies the root's array
+  Reduce               the root reduces every array
+Every schedule starts by checking its peers' calls (they publish theirs after writing
+x) and ends with a barrier after the last read (a rank may write its array again once
+the call returned).  C: csrc/sc_symmetric.c.  n as in shmcoll.collectives; β per byte
+read from a peer's array and written here, so one copy instead of the channel's two:
+
+    allreduce one-shot   2α +   n(P-1)·β +   n(P-1)·γ
+    allreduce two-shot   3α + 2n(P-1)/P·β + n(P-1)/P·γ
+    reduce_scatter       2α +  n(P-1)/P·β + n(P-1)/P·γ
+    allgather            2α +  n(P-1)/P·β
+    gather               2α +  n(P-1)/P·β
+    broadcast            2α +          n·β
+    reduce               2α +   n(P-1)·β +   n(P-1)·γ
+"""
+from shmcoll._engine import SCHEDULE_CODES
+from shmcoll.tuning.algorithms.terms import Terms
+
+NAME = "symmetric"
+CODE = SCHEDULE_CODES["symmetric"]
+CODE_TWO_SHOT = SCHEDULE_CODES["symmetric_two_shot"]
+DESCRIPTION = "single copy: peers' symmetric buffers (Communicator.empty) read in place"
+COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "gather")
+
+
+def variants(collective, world, nbytes):
+    p, n = world, float(nbytes)
+    share = n * (p - 1) / p
+    if collective == "allreduce":
+        return [("one-shot", CODE, Terms(2, 0, n * (p - 1), n * (p - 1))),
+                ("two-shot", CODE_TWO_SHOT, Terms(3, 0, 2 * share, share))]
+    terms = {
+        "reduce_scatter": Terms(2, 0, share, share),
+        "allgather": Terms(2, 0, share, 0),
+        "gather": Terms(2, 0, share, 0),
+        "broadcast": Terms(2, 0, n, 0),
+        "reduce": Terms(2, 0, n * (p - 1), n * (p - 1)),
+    }
+    if collective not in terms:
+        raise ValueError(f"symmetric does not implement {collective}")
+    return [(NAME, CODE, terms[collective])]
