@@ -503,8 +503,10 @@ ctypedef struct sym_region:
     size_t stride
     int64_t ident       # the allocation's number, the same on every rank
 
-# Where an array lies in its symmetric allocation: (number << SYM_OFFSET_BITS) | offset.
+# Where an array lies in its symmetric allocation: (number << SYM_OFFSET_BITS) | offset,
+# with SYM_ROWS set for an x that is row `rank` of a stacked out (in-place AllGather).
 DEF SYM_OFFSET_BITS = 40
+DEF SYM_ROWS = 1 << 62
 
 # _run's xbytes of collectives without single-copy schedules.
 DEF NO_SINGLE_COPY = 0xFFFFFFFFFFFFFFFF
@@ -735,19 +737,21 @@ cdef class Engine:
     cdef object _run(self, int collective, object algo, int dtype, int op, int root,
                      const void *x, void *out, size_t count, size_t nbytes, object keep,
                      object result, bint async_op, const uint64_t *layout=NULL,
-                     size_t xbytes=NO_SINGLE_COPY, size_t outbytes=0):
+                     size_t xbytes=NO_SINGLE_COPY, size_t outbytes=0,
+                     const void *rows=NULL):
         """The single C call of a collective (`nbytes` is the size the selector sees),
         which returns `result`; or, async_op, that call queued as a Work that keeps
         `keep` (the input) and `result` alive until it completed.  alltoallv passes
         its `layout` (and has one schedule).  Collectives with single-copy schedules
-        pass the bytes of x and out: an x in a symmetric allocation takes them."""
+        pass the bytes of x and out: an x in a symmetric allocation takes them.
+        AllGather and Gather pass the stacked out this rank was given (`rows`, also
+        where unused): x as its row `rank` (in place) reads every peer's row there."""
         cdef sc_args a
         a.collective, a.dtype, a.op, a.root = collective, dtype, op, root
         a.x, a.out, a.count, a.layout = x, out, count, layout
         a.sym_x, a.sym_out, a.sym_x_stride, a.sym_out_stride = NULL, NULL, 0, 0
         a.sym_x_id, a.sym_out_id = -1, -1
-        if self._nsym and xbytes != NO_SINGLE_COPY and self._find_symmetric(x, xbytes, &a.sym_x, &a.sym_x_stride,
-                                                          &a.sym_x_id):
+        if self._nsym and xbytes != NO_SINGLE_COPY and self._single_copy_source(&a, xbytes, rows):
             a.algo = self._symmetric_code(&a, nbytes, algo, outbytes)
         elif layout != NULL:
             a.algo = SC_ALGO_DIRECT
@@ -868,7 +872,7 @@ cdef class Engine:
     def add_symmetric(self, uintptr_t base, size_t stride, int64_t ident):
         """Register a symmetric allocation: rank q's slice at base + q * stride here,
         until remove_symmetric(ident) (before the mapping goes away)."""
-        if ident < 0 or ident >= (1 << (63 - SYM_OFFSET_BITS)) or stride >= (1 << SYM_OFFSET_BITS):
+        if ident < 0 or ident >= (1 << (62 - SYM_OFFSET_BITS)) or stride >= (1 << SYM_OFFSET_BITS):
             raise ValueError("symmetric allocation out of the engine's range")
         cdef sym_region *grown = <sym_region *>realloc(self._sym, (self._nsym + 1) * sizeof(sym_region))
         if grown == NULL:
@@ -910,8 +914,22 @@ cdef class Engine:
                 slice0[0] = <const char *>(self._sym[i].base + (at - lo))
                 stride[0] = self._sym[i].stride
                 ident[0] = (self._sym[i].ident << SYM_OFFSET_BITS) | <int64_t>(at - lo)
+                if nbytes == 0:
+                    ident[0] = 0    # nothing is read: any place agrees with any other
                 return True
         return False
+
+    cdef bint _single_copy_source(self, sc_args *a, size_t xbytes, const void *rows):
+        """Whether x is symmetric, filling where rank q's copy of it is: at x's place
+        in every slice, or (x as row `rank` of a symmetric `rows`) at row q of rank q's
+        rows, a place of its own kind (SYM_ROWS) so that ranks that differ raise."""
+        if (rows != NULL and xbytes and a.x == <const char *>rows + <size_t>self.rank * xbytes and
+                self._find_symmetric(rows, xbytes * self.world_size, &a.sym_x,
+                                     &a.sym_x_stride, &a.sym_x_id)):
+            a.sym_x_stride += xbytes
+            a.sym_x_id |= SYM_ROWS
+            return True
+        return self._find_symmetric(a.x, xbytes, &a.sym_x, &a.sym_x_stride, &a.sym_x_id)
 
     cdef int _symmetric_code(self, sc_args *a, size_t nbytes, object algo,
                              size_t outbytes) except -1:
@@ -1026,7 +1044,8 @@ cdef class Engine:
         return self._run(SC_COLL_ALLGATHER, algo, copy_code(xa), -1, -1, cnp.PyArray_DATA(xa),
                          cnp.PyArray_DATA(oa), <size_t>cnp.PyArray_NBYTES(xa),
                          <size_t>cnp.PyArray_NBYTES(oa), xa, oa, async_op, NULL,
-                         <size_t>cnp.PyArray_NBYTES(xa), <size_t>cnp.PyArray_NBYTES(oa))
+                         <size_t>cnp.PyArray_NBYTES(xa), <size_t>cnp.PyArray_NBYTES(oa),
+                         cnp.PyArray_DATA(oa))
 
     def gather(self, x, out, int root, algo=None, bint async_op=False):
         self._live()
@@ -1035,15 +1054,16 @@ cdef class Engine:
         check_copyable(xa)
         cdef cnp.ndarray oa = None
         cdef void *op_ = NULL
+        cdef void *given = NULL
         if self.rank == root or out is not None:     # checked wherever passed, as in reduce
             oa = stacked_out(out, xa, self.world_size, self.rank)
-            op_ = cnp.PyArray_DATA(oa)
+            op_ = given = cnp.PyArray_DATA(oa)
         if self.rank != root:
             oa, op_ = None, NULL
         cdef size_t nb = <size_t>cnp.PyArray_NBYTES(xa)
         return self._run(SC_COLL_GATHER, algo, copy_code(xa), -1, root, cnp.PyArray_DATA(xa),
                          op_, nb, nb * self.world_size, xa, oa, async_op, NULL, nb,
-                         nb * self.world_size if op_ != NULL else 0)
+                         nb * self.world_size if op_ != NULL else 0, given)
 
     def scatter(self, x, out, int root, algo=None, bint async_op=False):
         self._live()
@@ -1302,7 +1322,9 @@ def _describe(field, value):
     if field.endswith("symmetric buffer"):
         if value < 0:
             return "not in one"
-        return (f"allocation #{value >> SYM_OFFSET_BITS} at byte "
+        rows = "each rank's own row of " if value & SYM_ROWS else ""
+        value &= ~SYM_ROWS
+        return (f"{rows}allocation #{value >> SYM_OFFSET_BITS} at byte "
                 f"{value & ((1 << SYM_OFFSET_BITS) - 1)}")
     if value < 0:
         return "none"

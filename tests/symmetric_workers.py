@@ -47,6 +47,12 @@ def every_collective(comm, dtype, op, offset, algo):
         got["reduce", n, "plain"] = comm.reduce(x, op=op, root=root, algo=algo)
         got["allgather", n, "plain"] = comm.allgather(x, algo=algo)
         got["gather", n, "plain"] = comm.gather(x, root=root, algo=algo)
+        rows = comm.empty((P, n), dtype)
+        rows[r] = rank_values(r, n, dtype)
+        got["allgather", n, "in place"] = comm.allgather(rows[r], out=rows, algo=algo).copy()
+        rows = comm.empty((P, n), dtype)
+        rows[r] = rank_values(r, n, dtype)
+        got["gather", n, "in place"] = comm.gather(rows[r], out=rows, root=root, algo=algo)
         b = _symmetric(comm, n, dtype, r, 0, offset)
         comm.broadcast(b, root=root, algo=algo)
         got["broadcast", n, "plain"] = b.copy()
@@ -96,6 +102,7 @@ def lifetime(comm):
     from shmcoll._core import segment
     before = set(segment.list_entries())
     x = comm.empty((3, 5), np.int32)
+    comm.barrier()      # rank 0 unlinks the name once every rank reported its mapping
     after = set(segment.list_entries())
     address = x.ctypes.data
     known = comm._engine.symmetric_place(address, x.nbytes)
@@ -139,3 +146,12 @@ def mismatched(comm, how):
 
 def launch(fn, world, *args):
     return shmcoll.launch(fn, world, args=args, timeout=60)
+
+
+def torch_tensor_views(comm):
+    """A torch tensor over a symmetric array is the same memory: single copy."""
+    import torch
+    x = torch.from_numpy(comm.empty(70001, np.float32))
+    x[:] = torch.from_numpy(rank_values(comm.rank, 70001, np.float32))
+    got = comm.allreduce(x, out=x, algo="symmetric")
+    return got is x, x.numpy().copy()

@@ -153,3 +153,17 @@ def test_debug_log_names_every_candidate():
     for name in ("ring", "direct", "tree", "rhd", "naive"):
         assert name in lines[0]
     assert any("broadcast 24 B P=2" in l for l in res.stderr.splitlines())
+
+
+def test_perf_symmetric_sweeps_single_copy_and_checks_out(tmp_path):
+    out = tmp_path / "rows.json"
+    for coll in ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "gather"):
+        res = run_cli("perf", coll, "-np", "3", "-b", "1K", "-e", "1M", "-f", "32", "-n", "3",
+                      "-w", "1", "--symmetric", "--algo", "all", "--json", str(out))
+        assert res.returncode == 0, (coll, res.stderr)
+        assert "0 OK" in res.stdout and "algo symmetric" in res.stdout, coll
+        rows = json.loads(out.read_text())
+        assert all(r["wrong"] == 0 for r in rows)
+        assert any(r["algo"].startswith("symmetric") for r in rows), coll
+    res = run_cli("perf", "allreduce", "--algo", "symmetric")
+    assert res.returncode == 2 and "--symmetric" in res.stderr

@@ -103,3 +103,12 @@ def test_ranks_that_disagree_on_the_buffer_raise_mismatch_everywhere(how, field)
     outcomes = sw.launch(sw.mismatched, 2, how)
     for text in outcomes:
         assert text.startswith("MismatchError") and field in text, text
+
+
+def test_torch_tensors_over_symmetric_arrays(pools):
+    pytest.importorskip("torch")
+    P = 2
+    want = sum(sw.rank_values(q, 70001, np.float32) for q in range(P))
+    for same, got in pools(P).run(sw.torch_tensor_views):
+        assert same
+        np.testing.assert_array_equal(got, want)

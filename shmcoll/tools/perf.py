@@ -59,9 +59,13 @@ def run_size(comm, collective, nbytes, dtype, op, algo, iters, warmup, check, in
     wrong = case.check(inplace) if check else 0
     wrong = int(comm.allreduce(np.array([wrong], np.int64))[0])
     algbw = case.nbytes / seconds / 1e9 if seconds > 0 else 0.0
-    chosen = "p2p" if collective == SENDRECV.name else \
-        comm.algorithm_for(collective, case.nbytes, algo, device=device,
-                           symmetric=_out_case(collective, inplace) if symmetric else None)
+    if collective == SENDRECV.name:
+        chosen = "p2p"
+    elif symmetric:
+        chosen = comm.algorithm_for(collective, case.nbytes, algo,
+                                    symmetric=_out_case(collective, inplace))
+    else:
+        chosen = comm.algorithm_for(collective, case.nbytes, algo, device=device)
     return Row(collective, comm.world_size, case.nbytes, case.count, str(case.dtype),
                op if BY_NAME[collective].reducing else "none", chosen, inplace, seconds * 1e6,
                algbw, algbw * bus_factor(collective, comm.world_size), wrong,

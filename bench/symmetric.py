@@ -1,0 +1,102 @@
+"""Single copy against the regular path: the same collective on ordinary arrays and on
+symmetric ones (Communicator.empty), timed in interleaved rounds in one job.
+
+For each size the variants run one batch each per round (so a slow stretch of the
+machine hits all of them); the table gives the median over rounds of the max over
+ranks of the mean per call, and ratios to the regular path:
+
+    python bench/symmetric.py -np 2 --collective allreduce -b 4K -e 64M -f 8 --rounds 5
+
+Variants (allreduce): `regular` (ordinary x and out, auto), `regular in place`,
+`symmetric` (x and out symmetric, auto), `symmetric in place` (out=x, auto), and the
+single-copy schedules forced: `one-shot` (out ordinary), `two-shot` (out symmetric).
+Other collectives: `regular` and `symmetric` (auto), and `single copy` forced.
+"""
+import argparse
+import json
+
+import numpy as np
+
+import shmcoll
+from shmcoll._core.sizes import format_size, parse_size
+from shmcoll.tools.harness import Case, size_sweep, time_calls
+
+# name: (symmetric buffers, in place, algo)
+ALLREDUCE = {"regular": (False, False, None), "regular in place": (False, True, None),
+             "symmetric": (True, False, None), "symmetric in place": (True, True, None),
+             "one-shot": ("x only", False, "symmetric"), "two-shot": (True, True, "symmetric")}
+OTHERS = {"regular": (False, False, None), "symmetric": (True, False, None),
+          "single copy": (True, False, "symmetric")}
+
+
+def _case(comm, coll, nbytes, symmetric, algo):
+    case = Case(comm, coll, nbytes, np.float32, "sum", algo, symmetric=symmetric is True)
+    if symmetric == "x only":       # one-shot: x symmetric, out an ordinary array
+        x = comm.empty(case.host_x.shape, case.dtype)
+        x[...] = case.host_x
+        case.host_x = case.x = x
+    return case
+
+
+def measure(comm, coll, sizes, rounds):
+    variants = ALLREDUCE if coll == "allreduce" else OTHERS
+    rows = []
+    for nbytes in sizes:
+        cases = {name: (_case(comm, coll, nbytes, sym, algo), inplace)
+                 for name, (sym, inplace, algo) in variants.items()}
+        calls = {name: case.call(inplace) for name, (case, inplace) in cases.items()}
+        iters = max(5, min(2000, int(3e7 // max(nbytes, 1))))
+        times = {name: [] for name in variants}
+        for name, call in calls.items():
+            time_calls(comm, call, 0, 3)
+        for _ in range(rounds):
+            for name, call in calls.items():
+                times[name].append(time_calls(comm, call, iters, 1))
+        wrong = {name: case.check(inplace) for name, (case, inplace) in cases.items()}
+        picks = {name: comm.algorithm_for(coll, cases[name][0].nbytes, algo,
+                                          symmetric=None if not sym else
+                                          ("in place" if inplace and coll == "allreduce" else
+                                           "plain" if sym == "x only" else "symmetric"))
+                 for name, (sym, inplace, algo) in variants.items()}
+        rows.append({"bytes": cases["regular"][0].nbytes,
+                     "us": {n: float(np.median(t)) * 1e6 for n, t in times.items()},
+                     "wrong": wrong, "runs": picks})
+    return rows
+
+
+def worker(comm, opts):
+    return measure(comm, opts.collective, size_sweep(opts.minbytes, opts.maxbytes, opts.factor),
+                   opts.rounds)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("-np", type=int, default=2)
+    p.add_argument("--collective", default="allreduce")
+    p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("4K"))
+    p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("64M"))
+    p.add_argument("-f", "--factor", type=float, default=8)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--json", default=None)
+    opts = p.parse_args()
+    rows = shmcoll.launch(worker, opts.np, args=(opts,))[0]
+    names = list(rows[0]["us"])
+    print(f"# {opts.collective}, P={opts.np}, float32 sum, µs (median of {opts.rounds} "
+          f"interleaved rounds, max over ranks of the mean per call)")
+    print("| bytes | " + " | ".join(names) + " | best symmetric / best regular | symmetric auto runs |")
+    print("|---" * (len(names) + 3) + "|")
+    for row in rows:
+        us = row["us"]
+        regular = min(v for n, v in us.items() if n.startswith("regular"))
+        single = min(v for n, v in us.items() if not n.startswith("regular"))
+        bad = sum(row["wrong"].values())
+        print(f"| {format_size(row['bytes'])} | " + " | ".join(f"{us[n]:.2f}" for n in names) +
+              f" | {single / regular:.2f} | {row['runs']['symmetric']}"
+              f"{'' if not bad else f' ({bad} WRONG)'} |")
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
