@@ -11,9 +11,14 @@ Variants (allreduce): `regular` (ordinary x and out, auto), `regular in place`,
 `symmetric` (x and out symmetric, auto), `symmetric in place` (out=x, auto), and the
 single-copy schedules forced: `one-shot` (out ordinary), `two-shot` (out symmetric).
 Other collectives: `regular` and `symmetric` (auto), and `single copy` forced.
+
+--fresh rewrites every rank's x before each call (outside the timed span), as a
+training loop does with its gradients: peers then read lines another core has just
+modified instead of lines already in their own cache from the previous call.
 """
 import argparse
 import json
+import time
 
 import numpy as np
 
@@ -38,7 +43,31 @@ def _case(comm, coll, nbytes, symmetric, algo):
     return case
 
 
-def measure(comm, coll, sizes, rounds):
+def _fresh_call(comm, case, call):
+    """call() after rewriting x (one store per 64-byte line), timed alone."""
+    x = case.x.reshape(-1).view(np.uint8)
+    lines = x[::64]
+    spent = [0.0]
+
+    def timed():
+        np.add(lines, 1, out=lines)
+        t0 = time.perf_counter()
+        call()
+        spent[0] += time.perf_counter() - t0
+    return timed, spent
+
+
+def time_fresh(comm, timed, spent, iters):
+    """Like time_calls, counting only the calls' own time."""
+    timed()
+    comm.barrier()
+    spent[0] = 0.0
+    for _ in range(iters):
+        timed()
+    return float(comm.allgather(np.array([spent[0] / iters]))[:, 0].max())
+
+
+def measure(comm, coll, sizes, rounds, fresh=False):
     variants = ALLREDUCE if coll == "allreduce" else OTHERS
     rows = []
     for nbytes in sizes:
@@ -49,9 +78,14 @@ def measure(comm, coll, sizes, rounds):
         times = {name: [] for name in variants}
         for name, call in calls.items():
             time_calls(comm, call, 0, 3)
+        fresh_calls = {name: _fresh_call(comm, cases[name][0], call)
+                       for name, call in calls.items()} if fresh else None
         for _ in range(rounds):
             for name, call in calls.items():
-                times[name].append(time_calls(comm, call, iters, 1))
+                if fresh:
+                    times[name].append(time_fresh(comm, *fresh_calls[name], iters))
+                else:
+                    times[name].append(time_calls(comm, call, iters, 1))
         wrong = {name: case.check(inplace) for name, (case, inplace) in cases.items()}
         picks = {name: comm.algorithm_for(coll, cases[name][0].nbytes, algo,
                                           symmetric=None if not sym else
@@ -65,8 +99,9 @@ def measure(comm, coll, sizes, rounds):
 
 
 def worker(comm, opts):
-    return measure(comm, opts.collective, size_sweep(opts.minbytes, opts.maxbytes, opts.factor),
-                   opts.rounds)
+    sizes = [parse_size(s) for s in opts.sizes.split(",")] if opts.sizes else \
+        size_sweep(opts.minbytes, opts.maxbytes, opts.factor)
+    return measure(comm, opts.collective, sizes, opts.rounds, opts.fresh)
 
 
 def main():
@@ -76,13 +111,16 @@ def main():
     p.add_argument("-b", "--minbytes", type=parse_size, default=parse_size("4K"))
     p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("64M"))
     p.add_argument("-f", "--factor", type=float, default=8)
+    p.add_argument("--sizes", default=None, help="comma-separated sizes (instead of -b/-e/-f)")
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--fresh", action="store_true", help="rewrite x before every call")
     p.add_argument("--json", default=None)
     opts = p.parse_args()
     rows = shmcoll.launch(worker, opts.np, args=(opts,))[0]
     names = list(rows[0]["us"])
     print(f"# {opts.collective}, P={opts.np}, float32 sum, µs (median of {opts.rounds} "
-          f"interleaved rounds, max over ranks of the mean per call)")
+          f"interleaved rounds, max over ranks of the mean per call"
+          f"{'; x rewritten before every call' if opts.fresh else ''})")
     print("| bytes | " + " | ".join(names) + " | best symmetric / best regular | symmetric auto runs |")
     print("|---" * (len(names) + 3) + "|")
     for row in rows:

@@ -89,8 +89,7 @@ def reuse_at_once(comm, rounds):
 
 
 def nonblocking(comm):
-    P, r = comm.world_size, comm.rank
-    x = _symmetric(comm, 5000, np.float32, r)
+    x = _symmetric(comm, 5000, np.float32, comm.rank)
     w = comm.allreduce(x, out=x, algo="symmetric", async_op=True)
     w.wait()
     return x.copy()

@@ -83,10 +83,16 @@ def cost_table(collective, world, nbytes, model=None, variants=None):
         if variants is not None and name not in variants:
             continue
         best = None
-        for variant, code, terms in ALL[name].variants(collective, world, nbytes):
+        alg = ALL[name]
+        for variant, code, terms in alg.variants(collective, world, nbytes):
             if variants is not None and variant not in variants[name]:
                 continue
-            seconds = model.seconds(terms, name) if world > 1 else 0.0
+            if world == 1:
+                seconds = 0.0
+            elif hasattr(alg, "price"):     # priced with another algorithm's fit
+                seconds = alg.price(model, terms, variant)
+            else:
+                seconds = model.seconds(terms, name)
             if best is None or seconds < best.seconds:
                 best = Candidate(name, variant, code, seconds)
         if best is not None:

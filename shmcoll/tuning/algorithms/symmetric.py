@@ -15,13 +15,18 @@ x) and ends with a barrier after the last read (a rank may write its array again
 the call returned).  C: csrc/sc_symmetric.c.  n as in shmcoll.collectives; β per byte
 read from a peer's array and written here, so one copy instead of the channel's two:
 
-    allreduce one-shot   2α +   n(P-1)·β +   n(P-1)·γ
-    allreduce two-shot   3α + 2n(P-1)/P·β + n(P-1)/P·γ
-    reduce_scatter       2α +  n(P-1)/P·β + n(P-1)/P·γ
-    allgather            2α +  n(P-1)/P·β
-    gather               2α +  n(P-1)/P·β
-    broadcast            2α +          n·β
-    reduce               2α +   n(P-1)·β +   n(P-1)·γ
+    allreduce one-shot   2α + 2(P-1)·o +   n(P-1)·β +   n(P-1)·γ
+    allreduce two-shot   3α + 3(P-1)·o + 2n(P-1)/P·β + n(P-1)/P·γ
+    reduce_scatter       2α + 2(P-1)·o +  n(P-1)/P·β + n(P-1)/P·γ
+    allgather, gather    2α + 2(P-1)·o +  n(P-1)/P·β
+    broadcast            2α + 2(P-1)·o +          n·β
+    reduce               2α + 2(P-1)·o +   n(P-1)·β +   n(P-1)·γ
+(o: a peer's flag read at each synchronisation, as a channel's slot handshake.)
+
+They are priced with direct's calibration (the same all-pairs synchronisation and copy
+rate, see price()): no calibration measures them, and each of their synchronisations
+costs what a direct call's does where ranks outnumber cores (a fixed cost per call in
+the fits, paid here once per synchronisation).
 """
 from shmcoll._engine import SCHEDULE_CODES
 from shmcoll.tuning.algorithms.terms import Terms
@@ -33,18 +38,30 @@ DESCRIPTION = "single copy: peers' symmetric buffers (Communicator.empty) read i
 COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "gather")
 
 
+PRICED_AS = "direct"
+_SYNCHRONISATIONS = {"one-shot": 2, "two-shot": 3, NAME: 2}
+
+
+def price(model, terms, variant):
+    """Seconds of one variant: direct's β and its fixed cost per call, once per
+    synchronisation."""
+    fixed = dict(model.setup).get(PRICED_AS, 0.0) if model.setup else 0.0
+    return model.seconds(terms, PRICED_AS) + (_SYNCHRONISATIONS[variant] - 1) * fixed
+
+
 def variants(collective, world, nbytes):
     p, n = world, float(nbytes)
     share = n * (p - 1) / p
+    flags = 2 * (p - 1)         # each synchronisation reads a flag of every peer
     if collective == "allreduce":
-        return [("one-shot", CODE, Terms(2, 0, n * (p - 1), n * (p - 1))),
-                ("two-shot", CODE_TWO_SHOT, Terms(3, 0, 2 * share, share))]
+        return [("one-shot", CODE, Terms(2, flags, n * (p - 1), n * (p - 1))),
+                ("two-shot", CODE_TWO_SHOT, Terms(3, 3 * (p - 1), 2 * share, share))]
     terms = {
-        "reduce_scatter": Terms(2, 0, share, share),
-        "allgather": Terms(2, 0, share, 0),
-        "gather": Terms(2, 0, share, 0),
-        "broadcast": Terms(2, 0, n, 0),
-        "reduce": Terms(2, 0, n * (p - 1), n * (p - 1)),
+        "reduce_scatter": Terms(2, flags, share, share),
+        "allgather": Terms(2, flags, share, 0),
+        "gather": Terms(2, flags, share, 0),
+        "broadcast": Terms(2, flags, n, 0),
+        "reduce": Terms(2, flags, n * (p - 1), n * (p - 1)),
     }
     if collective not in terms:
         raise ValueError(f"symmetric does not implement {collective}")
