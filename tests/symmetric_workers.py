@@ -154,3 +154,17 @@ def torch_tensor_views(comm):
     x[:] = torch.from_numpy(rank_values(comm.rank, 70001, np.float32))
     got = comm.allreduce(x, out=x, algo="symmetric")
     return got is x, x.numpy().copy()
+
+
+def peer_leaves(comm):
+    """Rank 1 leaves instead of joining a single-copy call: the others raise
+    PeerLostError naming it instead of reading a buffer no one will finish."""
+    x = comm.empty(1 << 16, np.float32)
+    if comm.rank == 1:
+        comm.close()
+        return "left"
+    try:
+        comm.allreduce(x, out=x, algo="symmetric")
+        return "ok"
+    except shmcoll.PeerLostError as e:
+        return f"PeerLostError: {e}"

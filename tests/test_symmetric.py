@@ -112,3 +112,10 @@ def test_torch_tensors_over_symmetric_arrays(pools):
     for same, got in pools(P).run(sw.torch_tensor_views):
         assert same
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_peer_that_leaves_mid_call_is_reported_not_waited_for():
+    outcomes = sw.launch(sw.peer_leaves, 3)
+    assert outcomes[1] == "left"
+    for text in (outcomes[0], outcomes[2]):
+        assert text.startswith("PeerLostError") and "rank 1" in text, text
