@@ -18,6 +18,25 @@ def allreduce_outcome(comm, algo):
         return type(e).__name__, str(e)
 
 
+def symmetric_outcome(comm):
+    """A symmetric allocation that does not fit: every rank raises, the communicator
+    goes on, a smaller one fits."""
+    try:
+        comm.empty(1 << 20, np.float32)
+        first = ("ok", "")
+    except shmcoll.ShmcollError as e:
+        first = (type(e).__name__, str(e))
+    x = comm.empty(1000, np.float32)
+    x[:] = comm.rank + 1
+    return first, float(comm.allreduce(x, out=x, algo="symmetric")[0])
+
+
+def symmetric_main(world):
+    result = {"outcomes": shmcoll.launch(symmetric_outcome, world, timeout=30),
+              "left": os.listdir("/dev/shm")}
+    print(json.dumps(result))
+
+
 def main(world, algo):
     try:
         result = {"outcomes": shmcoll.launch(allreduce_outcome, world, args=(algo,), timeout=30)}
@@ -61,5 +80,7 @@ def join_after_space_ran_out():
 if __name__ == "__main__":
     if sys.argv[1] == "join":
         join_after_space_ran_out()
+    elif sys.argv[2] == "symmetric":
+        symmetric_main(int(sys.argv[1]))
     else:
         main(int(sys.argv[1]), None if sys.argv[2] == "auto" else sys.argv[2])

@@ -69,3 +69,12 @@ def test_rank_whose_channel_cannot_be_backed_at_join_refuses_the_job_on_every_ra
     for kind, text in report["outcomes"]:
         assert kind == "JoinRefusedError" and "/dev/shm is too full: rank 1 needed" in text, report
     assert report["left"] == []
+
+
+def test_symmetric_allocation_that_does_not_fit_raises_on_every_rank():
+    # room for the job (control and two 1 MiB ring channels), not for 2 x 4 MiB slices
+    report = run_in_small_shm(4096, 2, "symmetric")
+    for (kind, text), total in report["outcomes"]:
+        assert kind == "SharedMemoryFullError" and "symmetric allocation" in text, report
+        assert total == 3.0
+    assert report["left"] == []
