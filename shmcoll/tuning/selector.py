@@ -77,7 +77,7 @@ def cost_table(collective, world, nbytes, model=None, variants=None):
     if model is None:
         from shmcoll.tuning.calibration import model_for
         model = model_for(world)[0]
-    model = model_for_collective(model, collective)
+    models, model = model, model_for_collective(model, collective)
     table = {}
     for name in algorithms_for(collective, single_copy=variants is not None):
         if variants is not None and name not in variants:
@@ -89,8 +89,8 @@ def cost_table(collective, world, nbytes, model=None, variants=None):
                 continue
             if world == 1:
                 seconds = 0.0
-            elif hasattr(alg, "price"):     # priced with another algorithm's fit
-                seconds = alg.price(model, terms, variant)
+            elif hasattr(alg, "price"):     # priced with other fits than its own
+                seconds = alg.price(models, terms, variant)
             else:
                 seconds = model.seconds(terms, name)
             if best is None or seconds < best.seconds:

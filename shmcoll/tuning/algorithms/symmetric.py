@@ -12,8 +12,9 @@ compete with every other schedule in the same cost table.
   Reduce               the root reduces every array
 Every schedule starts by checking its peers' calls (they publish theirs after writing
 x) and ends with a barrier after the last read (a rank may write its array again once
-the call returned).  C: csrc/sc_symmetric.c.  n as in shmcoll.collectives; β per byte
-read from a peer's array and written here, so one copy instead of the channel's two:
+the call returned).  C: csrc/sc_symmetric.c.  n as in shmcoll.collectives; each is its
+channel counterpart (direct.py) without the senders' copies into the slots, so β counts
+one copy of each byte a peer contributes where a channel counts two:
 
     allreduce one-shot   2α + 2(P-1)·o +   n(P-1)·β +   n(P-1)·γ
     allreduce two-shot   3α + 3(P-1)·o + 2n(P-1)/P·β + n(P-1)/P·γ
@@ -23,13 +24,15 @@ read from a peer's array and written here, so one copy instead of the channel's 
     reduce               2α + 2(P-1)·o +   n(P-1)·β +   n(P-1)·γ
 (o: a peer's flag read at each synchronisation, as a channel's slot handshake.)
 
-They are priced with direct's calibration (the same all-pairs synchronisation and copy
-rate, see price()): no calibration measures them, and each of their synchronisations
-costs what a direct call's does where ranks outnumber cores (a fixed cost per call in
-the fits, paid here once per synchronisation).
+No calibration measures them: price() takes direct's parameters from the AllReduce fit
+— the one fit where copying (β) and combining (γ) can be told apart, since there the
+algorithms copy different multiples of what they reduce; in the other reducing
+collectives every algorithm copies twice what it reduces, so a fit may put all copying
+into γ — and counts direct's fixed cost per call (what a call's synchronisation costs
+where ranks outnumber cores) once per synchronisation.
 """
 from shmcoll._engine import SCHEDULE_CODES
-from shmcoll.tuning.algorithms.terms import Terms
+from shmcoll.tuning.algorithms.terms import Terms, model_for_collective
 
 NAME = "symmetric"
 CODE = SCHEDULE_CODES["symmetric"]
@@ -42,9 +45,10 @@ PRICED_AS = "direct"
 _SYNCHRONISATIONS = {"one-shot": 2, "two-shot": 3, NAME: 2}
 
 
-def price(model, terms, variant):
-    """Seconds of one variant: direct's β and its fixed cost per call, once per
-    synchronisation."""
+def price(models, terms, variant):
+    """Seconds of one variant (see the module's text): `models` is a Models or a
+    CostModel, whose AllReduce fit prices every collective here."""
+    model = model_for_collective(models, "allreduce")
     fixed = dict(model.setup).get(PRICED_AS, 0.0) if model.setup else 0.0
     return model.seconds(terms, PRICED_AS) + (_SYNCHRONISATIONS[variant] - 1) * fixed
 
