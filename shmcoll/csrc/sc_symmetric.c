@@ -162,9 +162,12 @@ int sc_symmetric_gather(sc_comm *c, const sc_args *a, const sc_kernels *k)
     SC_TRY(arrive(c));
     if (c->rank == a->root) {
         int stream = sc_use_stream(c, a->count * (size_t)c->world);
-        for (int q = 0; q < c->world; q++)
-            sc_out_copy((char *)a->out + (size_t)q * a->count,
-                        source(a->sym_x, a->sym_x_stride, q), a->count, stream);
+        for (int q = 0; q < c->world; q++) {
+            char *dst = (char *)a->out + (size_t)q * a->count;
+            const char *src = source(a->sym_x, a->sym_x_stride, q);
+            if (dst != src)         /* (in place: the root's own row is there already) */
+                sc_out_copy(dst, src, a->count, stream);
+        }
     }
     return all_done(c);
 }
