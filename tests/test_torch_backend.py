@@ -261,3 +261,17 @@ def test_mixed_init_string_creates_the_group(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.split() == ["ProcessGroupShmcoll", "cpu:shmcoll,cuda:nccl",
                                   "[1.0,", "1.0,", "1.0]"]
+
+
+@pytest.mark.parametrize("P", [2, 3])
+def test_symmetric_tensors(pools, P):
+    n = 70000
+    for r, seen in enumerate(pools(P).run(tw.symmetric_tensors, store(P))):
+        assert seen["zero"]
+        np.testing.assert_array_equal(seen["allreduce"],
+                                      np.arange(n, dtype=np.float32) * sum(range(1, P + 1)))
+        full = sum(np.arange(P * 12, dtype=np.float64).reshape(P * 4, 3) + q for q in range(P))
+        np.testing.assert_array_equal(seen["reduce_scatter"], full[r * 4:(r + 1) * 4])
+        np.testing.assert_array_equal(seen["bf16"], [sum(range(1, P + 1))] * 5)
+        assert seen["runs"].startswith("symmetric"), seen["runs"]
+        assert "not shmcoll" in seen["foreign"], seen["foreign"]

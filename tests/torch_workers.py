@@ -308,3 +308,32 @@ def all_to_all_and_p2p(comm, store_path):
             w.wait()
         seen["batch"] = (float(into[0]), float(into[-1]))
     return seen
+
+
+def symmetric_tensors(comm, store_path):
+    """shmcoll.torch.empty: all_reduce / reduce_scatter_tensor / all_gather_into_tensor
+    on symmetric tensors, against numpy; what the group's communicator runs on them."""
+    import torch
+    import shmcoll.torch
+    dist = group(comm, store_path)
+    P, r, n = comm.world_size, comm.rank, 70000
+    t = shmcoll.torch.empty(n)
+    zero = bool((t == 0).all())
+    t.copy_(torch.arange(n, dtype=torch.float32) * (r + 1))
+    dist.all_reduce(t)
+    big = shmcoll.torch.empty((P * 4, 3), dtype=torch.float64)
+    big.copy_(torch.arange(P * 12, dtype=torch.float64).reshape(P * 4, 3) + r)
+    part = torch.empty((4, 3), dtype=torch.float64)
+    dist.reduce_scatter_tensor(part, big)
+    bf = shmcoll.torch.empty(5, dtype=torch.bfloat16)
+    bf.fill_(r + 1)
+    dist.all_reduce(bf)
+    backend = shmcoll.torch.symmetric._backend(None)
+    runs = backend.comm.algorithm_for("allreduce", t.numel() * 4, symmetric="in place")
+    try:
+        shmcoll.torch.empty(3, group=dist.new_group(backend="gloo"))
+        foreign = "accepted"
+    except ValueError as e:
+        foreign = str(e)
+    return {"zero": zero, "allreduce": t.numpy().copy(), "reduce_scatter": part.numpy().copy(),
+            "bf16": bf.float().numpy().copy(), "runs": runs, "foreign": foreign}

@@ -12,11 +12,14 @@ when it is created.  ``"cpu:shmcoll,cuda:nccl"`` sends CPU tensors through shmco
 and CUDA tensors to the backend named for them, created on the first CUDA tensor.
 
 What a group implements, and how each torch call maps onto shmcoll's collectives:
-shmcoll.torch.process_group.  Importing this module imports torch; ``import
-shmcoll`` never does.
+shmcoll.torch.process_group.  ``shmcoll.torch.empty(shape, dtype)`` gives a CPU
+tensor in the group's symmetric memory: collectives on it read peers' tensors in place
+(shmcoll.torch.symmetric).  Importing this module imports torch; ``import shmcoll``
+never does.
 """
 from shmcoll.torch.process_group import BACKEND, ProcessGroupShmcoll, register
+from shmcoll.torch.symmetric import empty, zeros
 
 register()
 
-__all__ = ["BACKEND", "ProcessGroupShmcoll", "register"]
+__all__ = ["BACKEND", "ProcessGroupShmcoll", "register", "empty", "zeros"]
