@@ -64,19 +64,24 @@ def rounds_for(nbytes):
 @pytest.fixture
 def run_collective(ranks, benchmark):
     """Benchmark one collective end to end; record size, P, algorithm and bandwidths."""
-    def run(world, collective, nbytes, dtype="float32", op="sum", algo=None, inplace=False):
+    def run(world, collective, nbytes, dtype="float32", op="sum", algo=None, inplace=False,
+            symmetric=False):
         rounds, warmup = rounds_for(nbytes), 2
         reference = None if benchmark.disabled else copy_reference_seconds(nbytes)
         # pytest-benchmark calls the target exactly warmup + rounds times, or once
         # when disabled (--benchmark-disable): the mirrors repeat it as often.
         calls = 1 if benchmark.disabled else rounds + warmup
         case, call = ranks(world).prepare(calls, collective=collective, nbytes=nbytes,
-                                          dtype=dtype, op=op, algo=algo, inplace=inplace)
+                                          dtype=dtype, op=op, algo=algo, inplace=inplace,
+                                          symmetric=symmetric)
         benchmark.pedantic(call, rounds=rounds, iterations=1, warmup_rounds=warmup)
+        where_out = ("in place" if inplace and collective == "allreduce" else "symmetric") \
+            if symmetric else None
         benchmark.extra_info.update(
             bytes=case.nbytes, world=world, dtype=dtype, op=op, inplace=inplace,
+            symmetric=symmetric,
             algorithm="p2p" if collective == "sendrecv" else
-            ranks(world).comm.algorithm_for(collective, case.nbytes, algo))
+            ranks(world).comm.algorithm_for(collective, case.nbytes, algo, symmetric=where_out))
         if benchmark.stats is not None:
             seconds = benchmark.stats.stats.median
             yard = ranks(world).yardstick(case.nbytes, max(5, rounds // 2))

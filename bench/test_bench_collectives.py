@@ -1,5 +1,7 @@
 """pytest-benchmark suite: every collective x algorithm (and the automatic choice)
-x size x P, and point-to-point (sendrecv, nccl-tests' ring shift), between live ranks.  Each benchmark also records, in extra_info, the
+x size x P, the same on symmetric buffers (Communicator.empty: the single-copy
+schedules and what auto picks there), and point-to-point (sendrecv, nccl-tests' ring
+shift), between live ranks.  Each benchmark also records, in extra_info, the
 median time divided by a memcpy of the same bytes measured in the same run
 ("ratio"), which `shmcoll bench-compare` compares between runs.
 
@@ -9,6 +11,7 @@ median time divided by a memcpy of the same bytes measured in the same run
 """
 import pytest
 
+from shmcoll.tuning.algorithms import SINGLE_COPY
 from shmcoll.tuning.selector import ALL_COLLECTIVES, algorithms_for
 
 SIZES = [8, 4 << 10, 256 << 10, 16 << 20]
@@ -34,3 +37,15 @@ def test_collective(run_collective, collective, algo, nbytes, world):
 @pytest.mark.parametrize("nbytes", SIZES, ids=[f"{s}B" for s in SIZES])
 def test_sendrecv(run_collective, nbytes, world):
     run_collective(world, "sendrecv", nbytes)
+
+
+SYMMETRIC = [(c, a) for c in ALL_COLLECTIVES for name in SINGLE_COPY
+             if c in SINGLE_COPY[name].COLLECTIVES for a in (name, "auto")]
+
+
+@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("nbytes", SIZES, ids=[f"{s}B" for s in SIZES])
+@pytest.mark.parametrize("collective,algo", SYMMETRIC, ids=[f"{c}-{a}" for c, a in SYMMETRIC])
+def test_symmetric_buffers(run_collective, collective, algo, nbytes, world):
+    run_collective(world, collective, nbytes, algo=None if algo == "auto" else algo,
+                   inplace=collective == "allreduce", symmetric=True)

@@ -32,7 +32,8 @@ def exchange_command(comm, command=None):
 def build(comm, cmd):
     """The case a command names and its call."""
     case = Case(comm, cmd["collective"], cmd["nbytes"], cmd.get("dtype", "float32"),
-                cmd.get("op", "sum"), cmd.get("algo"), cmd.get("root", 0))
+                cmd.get("op", "sum"), cmd.get("algo"), cmd.get("root", 0),
+                symmetric=cmd.get("symmetric", False))
     return case, case.call(cmd.get("inplace", False))
 
 
