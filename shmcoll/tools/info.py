@@ -7,7 +7,7 @@ from shmcoll._core import settings, topology
 from shmcoll.collectives import NAMES
 from shmcoll.tools.calibrate import format_gbs
 from shmcoll.tuning import calibration, selector
-from shmcoll.tuning.algorithms import REGISTRY
+from shmcoll.tuning.algorithms import REGISTRY, SINGLE_COPY
 
 HELP = "build, settings, calibration and algorithms in force"
 
@@ -34,6 +34,8 @@ def main(argv):
     print("algorithms:")
     for name, alg in REGISTRY.items():
         print(f"  {name:<8} {alg.DESCRIPTION}  [{', '.join(alg.COLLECTIVES)}]")
+    for name, alg in SINGLE_COPY.items():
+        print(f"  {name:<8} {alg.DESCRIPTION}  [{', '.join(alg.COLLECTIVES)}]")
     print(f"calibration file: {calibration.cache_path()}")
     for world in opts.worlds:
         models, source = calibration.model_for(world)
@@ -44,6 +46,10 @@ def main(argv):
             print(f"    {coll:<15} alpha {m.alpha * 1e6:.3g} us, o {m.overhead * 1e6:.3g} us, "
                   f"beta {format_gbs(m.beta)} GB/s, gamma {format_gbs(m.gamma)} GB/s {setup}")
         print(f"    decisions: {selector.describe(world, models)}")
+        for case in ("plain", "symmetric", "in place"):
+            chosen = selector.describe(world, models,
+                                       variants=selector.symmetric_variants(world, case))
+            print(f"    with symmetric x, out {case}: {chosen}")
     print("settings:")
     for s in settings.SETTINGS.values():
         value = s.value()
