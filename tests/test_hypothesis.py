@@ -5,7 +5,8 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
 from reference import ALL_DTYPES, bitwise_equal, expected_result, ops_for  # noqa: E402
-from workers import run_cases  # noqa: E402
+from workers import run_cases, run_cases_symmetric  # noqa: E402
+from shmcoll.tuning.algorithms import SINGLE_COPY  # noqa: E402
 from shmcoll.collectives import NAMES as ALL_COLLECTIVES, REDUCING  # noqa: E402
 from shmcoll.tuning.selector import algorithms_for  # noqa: E402
 
@@ -36,3 +37,28 @@ def test_random_cases_match_numpy(pools, P, data):
         for rank in range(P):
             want = expected_result(case, P, rank)
             assert bitwise_equal(per_rank[rank][i], want), (case, rank)
+
+
+SINGLE_COPY_COLLECTIVES = sorted({c for alg in SINGLE_COPY.values() for c in alg.COLLECTIVES})
+
+
+@pytest.mark.parametrize("P", [2, 3, 4])
+@settings(max_examples=20, deadline=None)
+@given(data=st.data())
+def test_random_cases_on_symmetric_buffers_match_numpy(pools, P, data):
+    """The same draws on symmetric buffers (x, and out when drawn), forced to single copy
+    or left to the cost model."""
+    batch, outs = [], []
+    for _ in range(8):
+        case = data.draw(cases(P))
+        while case[0] not in SINGLE_COPY_COLLECTIVES:
+            case = data.draw(cases(P))
+        algo = data.draw(st.sampled_from([None, "symmetric"]))
+        symmetric_out = data.draw(st.booleans())
+        batch.append(case[:5] + (algo,) + case[6:])
+        outs.append(symmetric_out)
+    per_rank = pools(P).run(run_cases_symmetric, batch, outs)
+    for i, case in enumerate(batch):
+        for rank in range(P):
+            want = expected_result(case, P, rank)
+            assert bitwise_equal(per_rank[rank][i], want), (case, outs[i], rank)

@@ -674,3 +674,35 @@ def thread_pools(comm):
             if hasattr(lib, symbol):
                 blas = getattr(lib, symbol)()
     return os.environ.get("OMP_NUM_THREADS"), blas
+
+
+def _symmetric_copy(comm, a):
+    """a copied into a new symmetric allocation (collective)."""
+    s = comm.empty(a.shape, a.dtype)
+    s[...] = a
+    return s
+
+
+def run_case_symmetric(comm, symmetric_out, collective, shape, dtype_name, op, inplace,
+                       algo=None, seed=0, root=0):
+    """run_case with x in a symmetric allocation (the single-copy path), and out in one
+    too when `symmetric_out` (out of place)."""
+    P = comm.world_size
+    x, out = _case_inputs(comm, collective, shape, dtype_name, op, seed, root)
+    x = _symmetric_copy(comm, x)
+    shape = tuple(shape)
+    if inplace and collective in ("allgather", "gather"):
+        out = comm.empty((P,) + shape, x.dtype)
+    elif symmetric_out and not inplace and collective != "broadcast":
+        result = {"allreduce": shape, "reduce": shape, "allgather": (P,) + shape,
+                  "gather": (P,) + shape,
+                  "reduce_scatter": (shape[0] // P,) + shape[1:] if shape else ()}[collective]
+        out = comm.empty(result, x.dtype)
+    if inplace:
+        x, out = in_place(comm, collective, x, out, root)
+    got = invoke(comm, collective, x, out, op, root, algo)
+    return None if got is None else got.copy()
+
+
+def run_cases_symmetric(comm, cases, symmetric_outs):
+    return [run_case_symmetric(comm, so, *case) for case, so in zip(cases, symmetric_outs)]
