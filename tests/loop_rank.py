@@ -1,4 +1,5 @@
-"""A join-mode rank that loops allreduce of COUNT float32 until something fails."""
+"""A join-mode rank that loops allreduce of COUNT float32 until something fails
+(`symmetric`: in place on a symmetric allocation, the single-copy path)."""
 import sys
 import time
 
@@ -9,8 +10,13 @@ import shmcoll
 if __name__ == "__main__":
     count = int(sys.argv[1])
     comm = shmcoll.init(timeout=60)
-    x = np.ones(count, np.float32)
-    out = np.empty_like(x)
+    if sys.argv[2:] == ["symmetric"]:
+        x = comm.empty(count, np.float32)
+        x[:] = 0
+        out = x
+    else:
+        x = np.ones(count, np.float32)
+        out = np.empty_like(x)
     comm.allreduce(x, out=out)
     print("looping", flush=True)
     try:

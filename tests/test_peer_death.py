@@ -12,8 +12,8 @@ from procs import cleaned_up, rank_env, spawn
 from workers import kill_self_on
 
 
-def start(rank, world, job, count):
-    return spawn("loop_rank.py", str(count), **rank_env(job, rank, world))
+def start(rank, world, job, count, *mode):
+    return spawn("loop_rank.py", str(count), *mode, **rank_env(job, rank, world))
 
 
 @pytest.mark.parametrize("count", [2, 1 << 18, 1 << 24], ids=["8B", "1MiB", "64MiB"])
@@ -32,6 +32,24 @@ def test_survivors_name_the_killed_rank(count):
             m = re.search(r"lost rank (\d+) at ([\d.]+)", out)
             assert m and int(m.group(1)) == 1, out
             assert float(m.group(2)) - killed_at < 5.0
+
+
+@pytest.mark.parametrize("count", [2, 1 << 18], ids=["8B", "1MiB"])
+def test_survivors_of_a_single_copy_loop_name_the_killed_rank(count):
+    """A rank killed while its peers read its symmetric array in place: they raise
+    PeerLostError naming it (its slice stays mapped by them: no SIGBUS)."""
+    job = "death-" + secrets.token_hex(4)
+    procs = [start(r, 3, job, count, "symmetric") for r in range(3)]
+    with cleaned_up(procs):
+        for p in procs:
+            assert p.stdout.readline().strip() == "looping"
+        time.sleep(0.3)
+        procs[1].send_signal(signal.SIGKILL)
+        for p in (procs[0], procs[2]):
+            out, err = p.communicate(timeout=60)
+            assert p.returncode == 3, err
+            m = re.search(r"lost rank (\d+) at", out)
+            assert m and int(m.group(1)) == 1, out
 
 
 def test_launch_names_the_killed_rank_and_its_signal():
