@@ -21,7 +21,7 @@ engine = Extension(
              "shmcoll/csrc/sc_rooted.c", "shmcoll/csrc/sc_rhd.c", "shmcoll/csrc/sc_prims.c",
              "shmcoll/csrc/sc_run.c", "shmcoll/csrc/sc_progress.c",
              "shmcoll/csrc/sc_alltoall.c", "shmcoll/csrc/sc_p2p.c",
-             "shmcoll/csrc/sc_symmetric.c"],
+             "shmcoll/csrc/sc_single_copy.c", "shmcoll/csrc/sc_cma.c"],
     depends=[str(p) for p in Path("shmcoll/csrc").glob("*.h")] + ["shmcoll/_work.pxi"],
     include_dirs=[numpy.get_include(), "shmcoll/csrc"],
     extra_compile_args=common + optimise,

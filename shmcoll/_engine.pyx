@@ -85,7 +85,8 @@ cdef extern from "csrc/shmcoll.h" nogil:
     enum:
         SC_ALGO_RING, SC_ALGO_DIRECT, SC_ALGO_DIRECT_TWO_SHOT, SC_ALGO_TREE,
         SC_ALGO_RHD_DOUBLING, SC_ALGO_RHD_HALVING, SC_ALGO_NAIVE, SC_ALGO_BRUCK,
-        SC_ALGO_SYMMETRIC, SC_ALGO_SYMMETRIC_TWO_SHOT, SC_NALGOS
+        SC_ALGO_SYMMETRIC, SC_ALGO_SYMMETRIC_TWO_SHOT, SC_ALGO_CMA, SC_ALGO_CMA_TWO_SHOT,
+        SC_NALGOS
     enum:
         SC_ANY_TAG, SC_P2P_SEND, SC_P2P_RECV, SC_WORK_P2P
     ctypedef struct sc_p2p_op:
@@ -98,6 +99,7 @@ cdef extern from "csrc/shmcoll.h" nogil:
         uint64_t got_bytes
     int sc_p2p(sc_comm *c, sc_p2p_op **ops, int n)
     int sc_barrier(sc_comm *c)
+    int sc_cma_agree(sc_comm *c, int allowed, int *agreed, double costs[2])
     int sc_run(sc_comm *c, const sc_args *a)
     int sc_implements(int collective, int algo)
     void sc_mismatch_info(const sc_comm *c, int64_t out[6])
@@ -106,7 +108,7 @@ cdef extern from "csrc/shmcoll.h" nogil:
     int sc_error_waited(const sc_comm *c)
     const char *sc_error_what(const sc_comm *c)
     int sc_op_supported(int dtype, int op)
-    void sc_layout(int64_t out[8])
+    void sc_layout(int64_t out[9])
     int sc_pid_dead(int32_t pid)
     ctypedef struct sc_work:
         sc_args args
@@ -434,10 +436,10 @@ def _refusal_error(info):
 
 def layout():
     """Offsets of the segment's parts (sc_layout), for tests that corrupt it."""
-    cdef int64_t out[8]
+    cdef int64_t out[9]
     sc_layout(out)
     names = ("attached", "ranks", "rank_block", "calls", "call_slot", "call_fields", "state",
-             "pid")
+             "pid", "cma_verdict")
     return {n: int(out[i]) for i, n in enumerate(names)}
 
 
@@ -561,6 +563,7 @@ cdef class Engine:
     cdef sym_region *_sym       # symmetric allocations, in the order they were made
     cdef int _nsym
     cdef public object symmetric_decide   # (collective, nbytes, algo, out case) -> code
+    cdef readonly object cross_memory     # (s per read, s per page) once agreed, or None
     cdef dict _sym_codes
     cdef object __weakref__
 
@@ -725,6 +728,25 @@ cdef class Engine:
 
     def wait_attached(self):
         self._wait(sc_wait_attached, "joining the job")
+
+    def agree_cross_memory(self, bint allowed):
+        """Once every rank attached, all together: whether every rank may read every
+        other's memory with cross-memory attach (sc_cma.c; `allowed` False: this rank
+        declines, and so the job does).  Returns (agreed, seconds per read, extra
+        seconds per 4 KiB page) — rank 0's measurement, the same on every rank."""
+        cdef int st, agreed = 0
+        cdef double costs[2]
+        costs[0] = costs[1] = 0.0
+        self._enter()
+        try:
+            with nogil:
+                st = sc_cma_agree(self.c, allowed, &agreed, costs)
+            if st:
+                self._raise(st, "joining the job")
+        finally:
+            self._leave()
+        self.cross_memory = (costs[0], costs[1]) if agreed else None
+        return self.cross_memory
 
     def barrier(self, bint async_op=False):
         cdef sc_args a
@@ -1266,7 +1288,8 @@ SCHEDULE_CODES = {"ring": SC_ALGO_RING, "direct": SC_ALGO_DIRECT,
                   "rhd_doubling": SC_ALGO_RHD_DOUBLING, "rhd_halving": SC_ALGO_RHD_HALVING,
                   "naive": SC_ALGO_NAIVE, "bruck": SC_ALGO_BRUCK,
                   "symmetric": SC_ALGO_SYMMETRIC,
-                  "symmetric_two_shot": SC_ALGO_SYMMETRIC_TWO_SHOT}
+                  "symmetric_two_shot": SC_ALGO_SYMMETRIC_TWO_SHOT,
+                  "cma": SC_ALGO_CMA, "cma_two_shot": SC_ALGO_CMA_TWO_SHOT}
 # Symmetric decisions by where out lies (Engine._symmetric_code).
 SYMMETRIC_OUT_CASES = {"plain": SYM_OUT_PLAIN, "symmetric": SYM_OUT_SYMMETRIC,
                        "in place": SYM_IN_PLACE}

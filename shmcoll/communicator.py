@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import operator
 import os
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, List, Literal, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, List, Literal, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -145,10 +146,23 @@ class Communicator:
         self.world_size: int = engine.world_size
         self._rules = rules or selector.Rules()
         model, self.model_source = calibration.model_for(self.world_size)
+        variants = None
+        if engine.cross_memory is not None:     # every rank reaches every other: price cma
+            model = dataclasses.replace(model, cross_memory=_shared_cores(
+                engine.cross_memory, self.world_size))
+            variants = selector.cross_memory_variants(self.world_size)
         debug = str(get("SHMCOLL_DEBUG")).upper() in ("INFO", "TRACE")
-        engine.decider = Decider(self.world_size, model, self._rules,
+        engine.decider = Decider(self.world_size, model, self._rules, variants,
                                  log_rank=self.rank if debug else None)
         _ENGINES.add(engine)
+
+    @property
+    def cross_memory(self) -> Optional[Tuple[float, float]]:
+        """None unless every rank may read every other's memory with cross-memory attach
+        (probed at creation; SHMCOLL_CMA): then (seconds per read, extra seconds per
+        4 KiB page) as measured, and the cost model prices algorithm "cma" — single copy
+        of ordinary arrays — beside the channel schedules."""
+        return self._engine.cross_memory
 
     def algorithm_for(self, collective: str, nbytes: int, algo: Optional[str] = None,
                       device: bool = False, symmetric: Optional[str] = None) -> str:
@@ -215,7 +229,8 @@ class Communicator:
             decider = self._engine.decider
             self._symmetric = {
                 name: Decider(self.world_size, decider.model, self._rules,
-                              selector.symmetric_variants(self.world_size, name),
+                              selector.symmetric_variants(self.world_size, name,
+                                                          self.cross_memory is not None),
                               log_rank=decider.log_rank)
                 for name in _engine.SYMMETRIC_OUT_CASES}
         return self._symmetric
@@ -500,6 +515,19 @@ class Communicator:
         return f"<shmcoll.Communicator rank {self.rank} of {self.world_size}, {state}>"
 
 
+def _shared_cores(costs, world):
+    """Cross-memory costs as one rank pays them in a job of `world` ranks (rank 0
+    measured one read of one peer, alone).  A read's fixed cost is the reader's CPU
+    time, so where ranks outnumber the usable CPUs the ranks' reads queue for the same
+    cores.  And the P-1 ranks that read one rank's pages at once contend for them (the
+    kernel pins each page it copies, and takes the owner's address-space lock for each
+    read): at 3 and 4 ranks a read cost 2.5-3.4x the best channel schedule where one
+    reader's ratio predicted 1.2-1.6x, so the ratio counts every concurrent reader."""
+    from shmcoll._core.topology import job_cpus
+    per_read, ratio = costs
+    return (per_read * max(1.0, world / max(1, job_cpus())), ratio * max(1, world - 1))
+
+
 def _join(seg, name, rank, world, token, params, grace=0.0):
     """Attach to a mapped segment, wait for every rank, then unlink the name.
 
@@ -509,11 +537,16 @@ def _join(seg, name, rank, world, token, params, grace=0.0):
     this one on every rank before any rank returns, rather than let two launches form
     jobs out of each other's ranks."""
     rules = selector.parse_overrides(get("SHMCOLL_ALGO"))
+    cma = get("SHMCOLL_CMA").strip().lower()
+    if cma not in ("auto", "off"):
+        raise ValueError(f"SHMCOLL_CMA must be 'auto' or 'off', got {cma!r}")
+    cma_allowed = cma == "auto"
     engine = _engine.Engine(seg, rank, world, token, params)
     try:
         if engine.completed_attach and not grace:
             segment.unlink(name)
         engine.wait_attached()
+        engine.agree_cross_memory(cma_allowed)
         if grace:
             time.sleep(grace)
             refused = seg.refusal()

@@ -4,7 +4,7 @@ allocation on every rank (Communicator.empty / zeros).
 One allocation is one shared segment of P slices, one per rank, that every rank maps
 whole; rank r's array is at the start of slice r.  A collective whose x is such an
 array (or a view inside it, at the same place on every rank) runs the single-copy
-schedules (tuning.algorithms.symmetric, csrc/sc_symmetric.c): peers read it where it
+schedules (tuning.algorithms.symmetric, csrc/sc_single_copy.c): peers read it where it
 lies instead of receiving a copy through the channel slots.
 
 Allocating is collective: every rank calls with the same shape and dtype, in the same

@@ -1,5 +1,6 @@
 """A join-mode rank that loops allreduce of COUNT float32 until something fails
-(`symmetric`: in place on a symmetric allocation, the single-copy path)."""
+(`symmetric`: in place on a symmetric allocation, the single-copy path; `cma`: in
+place on an ordinary array that peers read with cross-memory attach)."""
 import sys
 import time
 
@@ -17,11 +18,14 @@ if __name__ == "__main__":
     else:
         x = np.ones(count, np.float32)
         out = np.empty_like(x)
-    comm.allreduce(x, out=out)
+    algo = "cma" if sys.argv[2:] == ["cma"] else None
+    if algo:
+        out = x
+    comm.allreduce(x, out=out, algo=algo)
     print("looping", flush=True)
     try:
         while True:
-            comm.allreduce(x, out=out)
+            comm.allreduce(x, out=out, algo=algo)
     except shmcoll.PeerLostError as e:
         print(f"lost rank {e.rank} at {time.monotonic():.3f}: {e}", flush=True)
         sys.exit(3)

@@ -99,8 +99,9 @@ def test_perf_algo_all_marks_the_fastest_and_what_auto_picks(tmp_path):
     table = res.stdout.split("* = fastest")[1].splitlines()
     assert "auto picks" in table[1]
     assert sum("*" in line for line in table[2:]) == 4            # sizes 8, 64, 512, 4096
-    assert {r["algo"].split(" ")[0] for r in json.loads(out.read_text())} == {
-        "ring", "direct", "tree", "rhd", "naive"}
+    swept = {r["algo"].split(" ")[0] for r in json.loads(out.read_text())}
+    # cma too where the ranks may read each other's memory (the probe at creation)
+    assert swept - {"cma"} == {"ring", "direct", "tree", "rhd", "naive"}
 
 
 def test_perf_refuses_bad_roots_and_algorithms():

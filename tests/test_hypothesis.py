@@ -5,6 +5,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, settings, strategies as st  # noqa: E402
 
 from reference import ALL_DTYPES, bitwise_equal, expected_result, ops_for  # noqa: E402
+from cma_workers import agreement  # noqa: E402
 from workers import run_cases, run_cases_symmetric  # noqa: E402
 from shmcoll.tuning.algorithms import SINGLE_COPY  # noqa: E402
 from shmcoll.collectives import NAMES as ALL_COLLECTIVES, REDUCING  # noqa: E402
@@ -12,7 +13,7 @@ from shmcoll.tuning.selector import algorithms_for  # noqa: E402
 
 
 @st.composite
-def cases(draw, P):
+def cases(draw, P, cross_memory=False):
     collective = draw(st.sampled_from(ALL_COLLECTIVES))
     dt = draw(st.sampled_from(ALL_DTYPES))
     reducing = collective in REDUCING
@@ -22,7 +23,8 @@ def cases(draw, P):
     if collective == "reduce_scatter":
         shape = (shape[0] * P,) + shape[1:]
     inplace = draw(st.booleans()) and (collective != "reduce_scatter" or shape[0] > 0)
-    algo = draw(st.sampled_from([None, "auto"] + algorithms_for(collective)))
+    algo = draw(st.sampled_from([None, "auto"] + algorithms_for(collective,
+                                                                 cross_memory=cross_memory)))
     return (collective, shape, dt, op, inplace, algo, draw(st.integers(0, 2**16)),
             draw(st.integers(0, P - 1)))
 
@@ -31,7 +33,9 @@ def cases(draw, P):
 @settings(max_examples=25, deadline=None)
 @given(data=st.data())
 def test_random_cases_match_numpy(pools, P, data):
-    batch = [data.draw(cases(P)) for _ in range(8)]
+    """Every algorithm, cma included where the ranks may read each other's memory."""
+    cross_memory = pools(P).run(agreement)[0] is not None
+    batch = [data.draw(cases(P, cross_memory)) for _ in range(8)]
     per_rank = pools(P).run(run_cases, batch)
     for i, case in enumerate(batch):
         for rank in range(P):

@@ -96,6 +96,8 @@ def _forge_rank_1(name, layout, fields, seq):
     m[slot + layout["call_fields"]:slot + layout["call_fields"] + len(body)] = body
     m[slot:slot + 8] = seq.to_bytes(8, "little")
     m[layout["attached"]:layout["attached"] + 8] = (2).to_bytes(8, "little")
+    # declines cross-memory attach (2): rank 0 goes on to the call
+    m[rank1 + layout["cma_verdict"]:rank1 + layout["cma_verdict"] + 8] = (2).to_bytes(8, "little")
     return m
 
 

@@ -254,3 +254,36 @@ def test_cgroup_limits_are_read_from_cpuset_and_quota(tmp_path):
     (tmp_path / "cpu.max").write_text("250000 100000\n")
     assert _cgroup_cpus(str(tmp_path)) == 3
     assert _cgroup_cpus(str(tmp_path / "missing")) is None
+
+
+def test_cma_is_the_symmetric_schedule_with_its_reads_priced_by_the_measured_ratio():
+    """symmetric terms with moved·2ρ, plus σ per read (tuning.algorithms.cma)."""
+    from shmcoll.tuning.algorithms import cma, symmetric
+    n, P, per_read, ratio = 1 << 20, 4, 2e-6, 0.4
+    models = Models(M, cross_memory=(per_read, ratio))
+    for (variant, code, t), (sym_variant, _, s) in zip(cma.variants("allreduce", P, n),
+                                                       symmetric.variants("allreduce", P, n)):
+        assert variant == sym_variant and code in (cma.CODE, cma.CODE_TWO_SHOT)
+        read = Terms(s.steps, s.messages, s.moved * 2 * ratio, s.reduced)
+        want = symmetric.price(models, read, variant) + per_read * t.reads
+        assert cma.price(models, t, variant) == pytest.approx(want)
+    (_, _, t), = cma.variants("broadcast", P, n)
+    assert t.reads == 1          # the root's x, in one read
+    (_, _, t), = cma.variants("allgather", P, n)
+    assert t.reads == P - 1
+
+
+@pytest.mark.parametrize("ratio,picked", [(0.3, True), (3.0, False)])
+def test_cma_is_picked_only_where_its_measured_reads_make_it_cheapest(ratio, picked):
+    models = Models(M, cross_memory=(1e-6, ratio))
+    variants = selector.cross_memory_variants(2)
+    choices = {selector.choose(c, 2, 1 << 24, model=models, variants=variants[c])
+               for c in ("allreduce", "allgather", "reduce_scatter", "broadcast")}
+    assert ("cma" in choices) == picked, choices
+    assert "symmetric" not in choices       # never for ordinary arrays
+
+
+def test_cma_named_where_the_ranks_cannot_use_it_is_refused_with_the_reason():
+    with pytest.raises(ValueError, match="cross-memory attach"):
+        selector.decide("allreduce", 2, 1 << 20, algo="cma", model=Models(M))
+    assert "cma" not in selector.cost_table("allreduce", 2, 1 << 20, Models(M))

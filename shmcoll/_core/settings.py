@@ -53,6 +53,12 @@ SETTINGS = {s.name: s for s in (
     Setting("SHMCOLL_CALIBRATION", str, "",
             "Cost-model calibration file (default ~/.cache/shmcoll/calibration.json, "
             "written by `shmcoll calibrate`); 'off' ignores any calibration."),
+    Setting("SHMCOLL_CMA", str, "auto",
+            "Cross-memory attach (process_vm_readv) for ordinary arrays: 'auto' probes at "
+            "creation whether every rank may read every other's memory (same user, ptrace "
+            "permitted: Yama's kernel.yama.ptrace_scope 0, no seccomp filter forbidding it) "
+            "and then prices single-copy reads beside the channels; 'off' (on any rank) "
+            "keeps the whole job on the shared-memory path."),
     Setting("SHMCOLL_RANK", int, None, "Join mode: this process's rank (shmcoll.init)."),
     Setting("SHMCOLL_WORLD_SIZE", int, None, "Join mode: number of ranks (shmcoll.init)."),
     Setting("SHMCOLL_JOB", str, None,

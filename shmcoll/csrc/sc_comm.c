@@ -244,6 +244,7 @@ sc_comm *sc_attach(void *base, size_t size, int fd, int rank, int world, uint64_
         *status = SC_ERANKTAKEN;
         return NULL;
     }
+    sc_cma_publish(c);
     atomic_store_explicit(&me->pid, (int32_t)getpid(), memory_order_release);
     init_endpoints(c, 0, c->send, c->recv);
     init_endpoints(c, 1, c->p2p_send, c->p2p_recv);
@@ -354,6 +355,8 @@ void sc_detach(sc_comm *c, int failed)
     free(c->send);
     free(c->scratch);
     free(c->wide);
+    free(c->peer_where);
+    free(c->stage);
     free(c);
 }
 
@@ -363,7 +366,7 @@ int sc_barrier(sc_comm *c)
 {
     if (c->broken)
         return SC_EBROKEN;
-    sc_call_begin(c, SC_COLL_BARRIER, 0, -1, -1, -1, -1, -1, -1);
+    sc_call_begin(c, SC_COLL_BARRIER, 0, -1, -1, -1, -1, -1, -1, NULL, NULL);
     uint64_t n = ++c->barrier_seq;
     sc_signal(&c->ranks[c->rank].barrier, n);
     for (int i = 1; i < c->world; i++) {
@@ -424,7 +427,7 @@ void *sc_wide(sc_comm *c, size_t bytes)
     return c->wide;
 }
 
-void sc_layout(int64_t out[8])
+void sc_layout(int64_t out[9])
 {
     out[0] = (int64_t)offsetof(sc_header, attached);
     out[1] = (int64_t)sc_off_ranks();
@@ -434,6 +437,7 @@ void sc_layout(int64_t out[8])
     out[5] = (int64_t)offsetof(sc_call_slot, call);
     out[6] = (int64_t)offsetof(sc_rank_block, state);
     out[7] = (int64_t)offsetof(sc_rank_block, pid);
+    out[8] = (int64_t)offsetof(sc_rank_block, cma);
 }
 
 int sc_error_peer(const sc_comm *c) { return c->err_peer; }

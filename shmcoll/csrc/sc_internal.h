@@ -13,7 +13,7 @@
 #include "shmcoll.h"
 
 #define SC_MAGIC 0x6c6c6f636d687353ULL   /* "Sshmcoll" little-endian */
-#define SC_LAYOUT_VERSION 5u
+#define SC_LAYOUT_VERSION 6u
 #define SC_TABLES 2          /* channel tables: collectives, point-to-point */
 #define SC_LINE 128
 #define SC_PAGE 4096
@@ -39,7 +39,11 @@ enum sc_abort_reason { SC_ABORT_NONE = 0, SC_ABORT_FAILED = 1, SC_ABORT_MISMATCH
  * disagree stop before a single wrong byte is used. */
 typedef struct sc_call {
     int64_t field[SC_CALL_FIELDS];   /* enum sc_call_field order */
+    /* Not compared: where this rank's x and out lie in its own address space, read
+     * by peers with cross-memory attach (the cma schedules; 0 in other calls). */
+    uint64_t where[2];
 } sc_call;
+enum { SC_WHERE_X = 0, SC_WHERE_OUT = 1 };
 
 /* Published calls: ring of SC_CALL_HISTORY entries by sequence number, so a peer
  * that is already in a later call does not overwrite the one we are checking.  No
@@ -86,7 +90,16 @@ typedef struct sc_rank_block {
     sc_call_slot calls[SC_CALL_HISTORY];
     _Alignas(SC_LINE) _Atomic int32_t pid;
     _Atomic int32_t state;           /* enum sc_rank_state */
+    /* Cross-memory attach (sc_cma.c): where this rank's probe word and its mapping
+     * of the segment lie in its process (set before it counts itself attached), and,
+     * rank 0 only, the costs it measured (published before its verdict). */
+    uint64_t cma_probe, cma_base;
+    uint64_t cma_src, cma_copy_ps;          /* rank 1: its half of rank 0's measurement */
+    uint64_t cma_call_ps, cma_ratio_ppm;
+    SC_ALONE sc_flag cma;            /* enum sc_cma_verdict, once this rank probed */
 } sc_rank_block;
+
+enum sc_cma_verdict { SC_CMA_UNKNOWN = 0, SC_CMA_PERMITTED = 1, SC_CMA_DENIED = 2 };
 
 /* One single-producer/single-consumer channel src -> dst: `head` counts slots
  * written by src, `tail` counts slots consumed by dst. */
@@ -141,6 +154,13 @@ struct sc_comm {
     int err_peer;        /* the rank the failure is blamed on */
     int err_waited;      /* the rank this one was waiting for (-1: none) */
     const char *err_what;
+    /* Cross-memory attach: agreed by every rank (sc_cma_agree); the word peers read
+     * to prove they reach this process; the peers' published x and out addresses of
+     * the current call (2 per rank); two chunks of staging for reduced reads. */
+    int cma;
+    uint64_t cma_word;
+    uint64_t *peer_where;
+    char *stage;
 };
 
 /* Layout arithmetic shared by the creator and every attacher. */
@@ -194,14 +214,23 @@ int sc_rhd_allgather(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 int sc_direct_alltoall(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 int sc_direct_alltoallv(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 int sc_bruck_alltoall(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
-/* Single-copy schedules over symmetric buffers (sc_symmetric.c). */
-int sc_symmetric_allreduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
-int sc_symmetric_two_shot(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
-int sc_symmetric_reduce_scatter(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
-int sc_symmetric_allgather(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
-int sc_symmetric_broadcast(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
-int sc_symmetric_reduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
-int sc_symmetric_gather(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+/* Single-copy schedules (sc_single_copy.c): peers' buffers read where they lie, in
+ * symmetric buffers (SC_ALGO_SYMMETRIC*) or with cross-memory attach (SC_ALGO_CMA*). */
+int sc_single_copy_allreduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_single_copy_two_shot(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_single_copy_reduce_scatter(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_single_copy_allgather(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_single_copy_broadcast(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_single_copy_reduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_single_copy_gather(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+
+/* Cross-memory attach (sc_cma.c): bytes of rank q's process at `remote` into dst;
+ * a failure aborts the job (the peer is gone or unreachable) and names q. */
+int sc_cma_read(sc_comm *c, int q, uint64_t remote, void *dst, size_t bytes);
+/* Sets this rank's probe word and publishes where it lies (at attach, before the
+ * rank counts itself in). */
+void sc_cma_publish(sc_comm *c);
+static inline int sc_is_cma(int algo) { return algo == SC_ALGO_CMA || algo == SC_ALGO_CMA_TWO_SHOT; }
 
 /* Block b of `count` elements cut in `world` parts: [off, off+len), the first
  * count % world blocks one element longer. */
@@ -271,7 +300,7 @@ int sc_wait_any(sc_comm *c, sc_flag *const *flags, const uint64_t *targets, cons
  * every peer not checked yet before returning, so that every rank learns of every
  * mismatch, calls that move no data included. */
 void sc_call_begin(sc_comm *c, int collective, int64_t count, int dtype, int op, int root, int algo,
-                   int64_t sym_x, int64_t sym_out);
+                   int64_t sym_x, int64_t sym_out, const void *x, const void *out);
 int sc_call_check(sc_comm *c, int peer);
 int sc_call_check_all(sc_comm *c);
 

@@ -21,37 +21,44 @@ static const sc_schedule schedules[SC_NCOLLECTIVES][SC_NALGOS] = {
         [SC_ALGO_RHD_DOUBLING] = sc_rhd_allreduce,
         [SC_ALGO_RHD_HALVING] = sc_rhd_allreduce,
         [SC_ALGO_NAIVE] = sc_rooted_allreduce,
-        [SC_ALGO_SYMMETRIC] = sc_symmetric_allreduce,
-        [SC_ALGO_SYMMETRIC_TWO_SHOT] = sc_symmetric_two_shot,
+        [SC_ALGO_SYMMETRIC] = sc_single_copy_allreduce,
+        [SC_ALGO_SYMMETRIC_TWO_SHOT] = sc_single_copy_two_shot,
+        [SC_ALGO_CMA] = sc_single_copy_allreduce,
+        [SC_ALGO_CMA_TWO_SHOT] = sc_single_copy_two_shot,
     },
     [SC_COLL_REDUCE_SCATTER] = {
         [SC_ALGO_RING] = sc_ring_reduce_scatter,
         [SC_ALGO_DIRECT] = sc_direct_reduce_scatter,
         [SC_ALGO_RHD_HALVING] = sc_rhd_reduce_scatter,
-        [SC_ALGO_SYMMETRIC] = sc_symmetric_reduce_scatter,
+        [SC_ALGO_SYMMETRIC] = sc_single_copy_reduce_scatter,
+        [SC_ALGO_CMA] = sc_single_copy_reduce_scatter,
     },
     [SC_COLL_ALLGATHER] = {
         [SC_ALGO_RING] = sc_ring_allgather,
         [SC_ALGO_DIRECT] = sc_direct_allgather,
         [SC_ALGO_RHD_DOUBLING] = sc_rhd_allgather,
-        [SC_ALGO_SYMMETRIC] = sc_symmetric_allgather,
+        [SC_ALGO_SYMMETRIC] = sc_single_copy_allgather,
+        [SC_ALGO_CMA] = sc_single_copy_allgather,
     },
     [SC_COLL_BROADCAST] = {
         [SC_ALGO_RING] = sc_rooted_broadcast,
         [SC_ALGO_DIRECT] = sc_rooted_broadcast,
         [SC_ALGO_TREE] = sc_rooted_broadcast,
-        [SC_ALGO_SYMMETRIC] = sc_symmetric_broadcast,
+        [SC_ALGO_SYMMETRIC] = sc_single_copy_broadcast,
+        [SC_ALGO_CMA] = sc_single_copy_broadcast,
     },
     [SC_COLL_REDUCE] = {
         [SC_ALGO_RING] = sc_rooted_reduce,
         [SC_ALGO_DIRECT] = sc_rooted_reduce,
         [SC_ALGO_TREE] = sc_rooted_reduce,
-        [SC_ALGO_SYMMETRIC] = sc_symmetric_reduce,
+        [SC_ALGO_SYMMETRIC] = sc_single_copy_reduce,
+        [SC_ALGO_CMA] = sc_single_copy_reduce,
     },
     [SC_COLL_GATHER] = {
         [SC_ALGO_DIRECT] = sc_rooted_gather,
         [SC_ALGO_TREE] = sc_rooted_gather,
-        [SC_ALGO_SYMMETRIC] = sc_symmetric_gather,
+        [SC_ALGO_SYMMETRIC] = sc_single_copy_gather,
+        [SC_ALGO_CMA] = sc_single_copy_gather,
     },
     [SC_COLL_SCATTER] = {
         [SC_ALGO_DIRECT] = sc_rooted_scatter,
@@ -106,11 +113,20 @@ int sc_run(sc_comm *c, const sc_args *a)
     int symmetric = a->algo == SC_ALGO_SYMMETRIC || a->algo == SC_ALGO_SYMMETRIC_TWO_SHOT;
     if (symmetric && (!a->sym_x || (a->algo == SC_ALGO_SYMMETRIC_TWO_SHOT && !a->sym_out)))
         return SC_EINVAL;
+    if (sc_is_cma(a->algo) && !c->cma)
+        return SC_EINVAL;   /* the job did not agree that every rank may read every other */
     sc_call_begin(c, a->collective, (int64_t)a->count, a->dtype, a->op, a->root, a->algo,
-                  symmetric ? a->sym_x_id : -1, symmetric ? a->sym_out_id : -1);
+                  symmetric ? a->sym_x_id : -1, symmetric ? a->sym_out_id : -1,
+                  sc_is_cma(a->algo) ? a->x : NULL, sc_is_cma(a->algo) ? a->out : NULL);
     if (c->world == 1) {
         run_alone(a, k);
         return SC_OK;
+    }
+    sc_args cma;
+    if (sc_is_cma(a->algo)) {   /* peers' buffers are reached by address, never as symmetric */
+        cma = *a;
+        cma.sym_x = cma.sym_out = NULL;
+        a = &cma;
     }
     int st = run(c, a, k);
     sc_stream_fence();

@@ -72,6 +72,9 @@ typedef enum sc_algo {
     SC_ALGO_SYMMETRIC = 8,     /* single copy: peers' symmetric buffers read in place */
     SC_ALGO_SYMMETRIC_TWO_SHOT = 9, /* AllReduce: block q reduced by rank q into its symmetric
                                      * out, then every rank copies the blocks */
+    SC_ALGO_CMA = 10,          /* single copy of ordinary arrays: peers' buffers read with
+                                * cross-memory attach (process_vm_readv) */
+    SC_ALGO_CMA_TWO_SHOT = 11, /* AllReduce: block q reduced by rank q, then read from it */
     SC_NALGOS
 } sc_algo;
 
@@ -153,6 +156,15 @@ typedef struct sc_args {
     size_t sym_x_stride, sym_out_stride;
     int64_t sym_x_id, sym_out_id;
 } sc_args;
+
+/* Cross-memory attach (sc_cma.c).  Called by every rank once all attached: each
+ * reads a word of every peer's process with process_vm_readv (ptrace's permission:
+ * Yama's ptrace_scope, containers, seccomp and non-dumpable processes can forbid it),
+ * publishes its verdict (`allowed` 0: this rank declines) and waits for the others'.
+ * *agreed: every rank may read every other's memory.  costs (set when agreed), as
+ * rank 0 measured them, the same on every rank: {seconds of a small read, time of a
+ * read of bytes a peer wrote / time of loading the same bytes from shared memory}. */
+int sc_cma_agree(sc_comm *c, int allowed, int *agreed, double costs[2]);
 
 int sc_barrier(sc_comm *c);
 int sc_run(sc_comm *c, const sc_args *a);
@@ -253,8 +265,8 @@ const char *sc_error_what(const sc_comm *c);
 int sc_op_supported(int dtype, int op);
 /* Offsets of the segment's parts, for tests that corrupt a live segment on purpose:
  * {attached flag, rank blocks, rank block size, its call slots, call slot size, the
- * call fields in a slot, rank state, rank pid}. */
-void sc_layout(int64_t out[8]);
+ * call fields in a slot, rank state, rank pid, rank cross-memory verdict}. */
+void sc_layout(int64_t out[9]);
 /* True when the process is gone or a zombie (kill(pid, 0) alone accepts zombies). */
 int sc_pid_dead(int32_t pid);
 

@@ -7,7 +7,7 @@ from shmcoll._core import settings, topology
 from shmcoll.collectives import NAMES
 from shmcoll.tools.calibrate import format_gbs
 from shmcoll.tuning import calibration, selector
-from shmcoll.tuning.algorithms import REGISTRY, SINGLE_COPY
+from shmcoll.tuning.algorithms import CROSS_MEMORY, REGISTRY, SINGLE_COPY
 
 HELP = "build, settings, calibration and algorithms in force"
 
@@ -19,6 +19,9 @@ def main(argv):
     p.add_argument("--topology", action="store_true",
                    help="print the CPU topology found and where P ranks would be bound")
     p.add_argument("--bind", choices=("core", "llc", "numa"), default="core")
+    p.add_argument("--cma", action="store_true",
+                   help="start 2 ranks to probe cross-memory attach here: whether ranks may "
+                        "read each other's memory, what a read costs, and the decisions with it")
     opts = p.parse_args(argv)
     if opts.topology:
         topo = topology.discover()
@@ -34,7 +37,7 @@ def main(argv):
     print("algorithms:")
     for name, alg in REGISTRY.items():
         print(f"  {name:<8} {alg.DESCRIPTION}  [{', '.join(alg.COLLECTIVES)}]")
-    for name, alg in SINGLE_COPY.items():
+    for name, alg in {**SINGLE_COPY, **CROSS_MEMORY}.items():
         print(f"  {name:<8} {alg.DESCRIPTION}  [{', '.join(alg.COLLECTIVES)}]")
     print(f"calibration file: {calibration.cache_path()}")
     for world in opts.worlds:
@@ -50,9 +53,29 @@ def main(argv):
             chosen = selector.describe(world, models,
                                        variants=selector.symmetric_variants(world, case))
             print(f"    with symmetric x, out {case}: {chosen}")
+    if opts.cma:
+        _probe_cross_memory()
     print("settings:")
     for s in settings.SETTINGS.values():
         value = s.value()
         shown = "unset" if value is None else value
         print(f"  {s.name:<20} = {shown!s:<10} {s.doc}")
     return 0
+
+
+def _cross_memory_decisions(comm):
+    decider = comm._engine.decider
+    return comm.cross_memory, str(selector.describe(comm.world_size, decider.model,
+                                                    variants=decider.variants))
+
+
+def _probe_cross_memory():
+    from shmcoll.launch import launch
+    costs, decisions = launch(_cross_memory_decisions, 2, timeout=60)[0]
+    if costs is None:
+        print("cross-memory attach: not permitted between ranks here (or SHMCOLL_CMA=off); "
+              "algorithm cma is never offered")
+        return
+    print(f"cross-memory attach: permitted; a read costs {costs[0] * 1e6:.2f} us + "
+          f"{costs[1]:.2f}x a channel's two copies of the same bytes (2 ranks)")
+    print(f"  P=2 decisions with it: {decisions}")

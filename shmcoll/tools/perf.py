@@ -137,8 +137,9 @@ def sweep_worker(comm, opts):
     from shmcoll.tuning.selector import algorithms_for
     device = getattr(opts, "device", "cpu") == "cuda"
     symmetric = getattr(opts, "symmetric", False)
-    algos = algorithms_for(opts.collective, single_copy=symmetric) if opts.algo == "all" \
-        else [opts.algo]
+    cross_memory = getattr(comm, "cross_memory", None) is not None
+    algos = algorithms_for(opts.collective, single_copy=symmetric, cross_memory=cross_memory) \
+        if opts.algo == "all" else [opts.algo]
     if getattr(opts, "mpi", False) and opts.algo == "all":
         algos = comm.compositions(opts.collective)
     if device and opts.algo == "all":
@@ -318,7 +319,7 @@ def validate(parser, opts):
                      "no --device cuda)")
     if opts.algo not in (None, "all") and not opts.mpi:
         from shmcoll.tuning.selector import algorithms_for
-        known = algorithms_for(opts.collective, single_copy=opts.symmetric)
+        known = algorithms_for(opts.collective, single_copy=opts.symmetric, cross_memory=True)
         if opts.algo not in known:
             parser.error(f"--algo {opts.algo}: not an algorithm of {opts.collective}"
                          f"{' on ordinary arrays (see --symmetric)' if not opts.symmetric else ''}; "

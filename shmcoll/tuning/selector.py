@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from shmcoll._core.sizes import format_size, parse_size
 from shmcoll.collectives import NAMES as ALL_COLLECTIVES
-from shmcoll.tuning.algorithms import ALL, REGISTRY, SINGLE_COPY
+from shmcoll.tuning.algorithms import ALL, CROSS_MEMORY, REGISTRY, SINGLE_COPY
 from shmcoll.tuning.algorithms.terms import model_for_collective
 
 log = logging.getLogger("shmcoll")
@@ -40,10 +40,12 @@ class Candidate:
         return self.algorithm if self.variant == self.algorithm else f"{self.algorithm} ({self.variant})"
 
 
-def algorithms_for(collective, single_copy=False):
+def algorithms_for(collective, single_copy=False, cross_memory=False):
     """The algorithms implementing `collective`; single_copy: with those that need a
-    symmetric x (algorithms.SINGLE_COPY)."""
-    pool = ALL if single_copy else REGISTRY
+    symmetric x (algorithms.SINGLE_COPY); cross_memory: with those that need ranks to
+    reach each other's memory (algorithms.CROSS_MEMORY)."""
+    pool = {**REGISTRY, **(SINGLE_COPY if single_copy else {}),
+            **(CROSS_MEMORY if cross_memory else {})}
     return [name for name, alg in pool.items() if collective in alg.COLLECTIVES]
 
 
@@ -53,20 +55,28 @@ _SINGLE_COPY_ALLREDUCE = {"plain": ("one-shot",), "symmetric": ("one-shot", "two
                           "in place": ("two-shot",)}
 
 
-def symmetric_variants(world, out_case):
+def symmetric_variants(world, out_case, cross_memory=False):
     """{collective: {algorithm: (variant, ...)}} for calls whose x is in a symmetric
     allocation: every schedule, the single-copy ones included, as `out_case` ("plain",
-    "symmetric" or "in place") allows."""
+    "symmetric" or "in place") allows (cross_memory: cma's too)."""
     table = {}
     for coll in ALL_COLLECTIVES:
         names = {}
-        for name in algorithms_for(coll, single_copy=True):
+        for name in algorithms_for(coll, single_copy=True, cross_memory=cross_memory):
             kinds = tuple(v for v, _, _ in ALL[name].variants(coll, world, 0))
             if name in SINGLE_COPY and coll == "allreduce":
                 kinds = tuple(v for v in kinds if v in _SINGLE_COPY_ALLREDUCE[out_case])
             names[name] = kinds
         table[coll] = names
     return table
+
+
+def cross_memory_variants(world):
+    """{collective: {algorithm: (variant, ...)}} for ordinary arrays on a communicator
+    whose ranks reach each other's memory: every channel schedule and cma's."""
+    return {coll: {name: tuple(v for v, _, _ in ALL[name].variants(coll, world, 0))
+                   for name in algorithms_for(coll, cross_memory=True)}
+            for coll in ALL_COLLECTIVES}
 
 
 def cost_table(collective, world, nbytes, model=None, variants=None):
@@ -79,7 +89,8 @@ def cost_table(collective, world, nbytes, model=None, variants=None):
         model = model_for(world)[0]
     models, model = model, model_for_collective(model, collective)
     table = {}
-    for name in algorithms_for(collective, single_copy=variants is not None):
+    for name in algorithms_for(collective, single_copy=variants is not None,
+                               cross_memory=variants is not None):
         if variants is not None and name not in variants:
             continue
         best = None
@@ -103,7 +114,7 @@ def cost_table(collective, world, nbytes, model=None, variants=None):
 def _check_algo(collective, algo):
     if collective not in ALL_COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r}")
-    known = algorithms_for(collective, single_copy=True)
+    known = algorithms_for(collective, single_copy=True, cross_memory=True)
     if algo not in known:
         raise ValueError(f"unknown algorithm {algo!r} for {collective}; available: "
                          f"{', '.join(known + ['auto'])}")
@@ -131,6 +142,11 @@ def decide(collective, world, nbytes, algo=None, model=None, rules=None, variant
     if algo is None:
         return Decision(min(table.values(), key=lambda c: c.seconds), "cost model", table)
     _check_algo(collective, algo)
+    if algo not in table and algo in CROSS_MEMORY:
+        raise ValueError(f"algorithm {algo!r} needs every rank to read every other's memory "
+                         f"with cross-memory attach, which this job cannot "
+                         f"(Communicator.cross_memory is None: SHMCOLL_CMA=off on a rank, or "
+                         f"process_vm_readv not permitted, e.g. kernel.yama.ptrace_scope > 0)")
     if algo not in table and algo in SINGLE_COPY:
         raise ValueError(f"algorithm {algo!r} needs x in a symmetric allocation "
                          f"(Communicator.empty / zeros) on every rank"

@@ -3,12 +3,15 @@ collective, its variants with their cost terms (algorithms.terms).  Adding an
 algorithm is one module plus one entry in REGISTRY.
 
 REGISTRY holds the schedules that run on any arrays; SINGLE_COPY those that need x
-in a symmetric allocation (Communicator.empty), priced only for such calls."""
-from shmcoll.tuning.algorithms import bruck, direct, naive, rhd, ring, symmetric, tree
+in a symmetric allocation (Communicator.empty), priced only for such calls;
+CROSS_MEMORY those that need every rank to reach every other's memory (cma), priced
+only on communicators whose ranks agreed they can."""
+from shmcoll.tuning.algorithms import bruck, cma, direct, naive, rhd, ring, symmetric, tree
 
 REGISTRY = {alg.NAME: alg for alg in (ring, direct, tree, rhd, naive, bruck)}
 SINGLE_COPY = {symmetric.NAME: symmetric}
-ALL = {**REGISTRY, **SINGLE_COPY}
+CROSS_MEMORY = {cma.NAME: cma}
+ALL = {**REGISTRY, **SINGLE_COPY, **CROSS_MEMORY}
 
 # (engine code, collective) -> (algorithm, variant), for logs and mismatch reports.
 _VARIANT_OF_CODE = {}

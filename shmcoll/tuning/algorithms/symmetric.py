@@ -12,7 +12,7 @@ compete with every other schedule in the same cost table.
   Reduce               the root reduces every array
 Every schedule starts by checking its peers' calls (they publish theirs after writing
 x) and ends with a barrier after the last read (a rank may write its array again once
-the call returned).  C: csrc/sc_symmetric.c.  n as in shmcoll.collectives; each is its
+the call returned).  C: csrc/sc_single_copy.c.  n as in shmcoll.collectives; each is its
 channel counterpart (direct.py) without the senders' copies into the slots, so β counts
 one copy of each byte a peer contributes where a channel counts two:
 
@@ -42,7 +42,7 @@ COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce"
 
 
 PRICED_AS = "direct"
-_SYNCHRONISATIONS = {"one-shot": 2, "two-shot": 3, NAME: 2}
+_SYNCHRONISATIONS = {"one-shot": 2, "two-shot": 3}
 
 
 def price(models, terms, variant):
@@ -50,7 +50,7 @@ def price(models, terms, variant):
     CostModel, whose AllReduce fit prices every collective here."""
     model = model_for_collective(models, "allreduce")
     fixed = dict(model.setup).get(PRICED_AS, 0.0) if model.setup else 0.0
-    return model.seconds(terms, PRICED_AS) + (_SYNCHRONISATIONS[variant] - 1) * fixed
+    return model.seconds(terms, PRICED_AS) + (_SYNCHRONISATIONS.get(variant, 2) - 1) * fixed
 
 
 def variants(collective, world, nbytes):

@@ -1,0 +1,249 @@
+/* Single-copy schedules: peers' buffers are read where they lie, so nothing is
+ * staged through channel slots and the bytes cross between cores once.  Two ways to
+ * reach a peer's buffer:
+ *
+ *   symmetric   x (and out) in a symmetric allocation (Communicator.empty): rank q's
+ *               array lives at the same offset of slice q of one shared segment that
+ *               every rank maps, so a peer's array is a pointer away;
+ *   cma         any array: each rank publishes the addresses of its x and out in its
+ *               call record and peers read them with cross-memory attach (sc_cma.c;
+ *               a reduction reads chunk by chunk into a staging buffer).
+ *
+ * Two synchronisations frame every schedule:
+ *   arrive    every peer's call is checked (sc_call_check): a peer publishes its call
+ *             after it wrote its x, so the acquire of its call makes x visible (and
+ *             tells where its buffers lie), and ranks that disagree stop before a
+ *             byte is read;
+ *   all_done  a barrier on the ranks' barrier counters after the last read of a
+ *             peer's buffer: no rank returns (and may write its x again) while a peer
+ *             still reads it.
+ * Two-shot AllReduce adds one between its halves (every block reduced before any is
+ * copied).  Every reduction combines the P sources in rank order, so every rank
+ * computes the same bits. */
+#include <string.h>
+
+#include "sc_copy.h"
+#include "sc_internal.h"
+#include "sc_reduce.h"
+
+/* Where every rank's copy of one buffer (x, or out) lies, as this rank reaches it. */
+typedef struct sources {
+    const char *own;        /* this rank's */
+    const char *base;       /* symmetric: rank q's at base + q * stride */
+    size_t stride;
+    int where;              /* cma (base NULL): the call record's address of it */
+} sources;
+
+static sources of_x(const sc_comm *c, const sc_args *a)
+{
+    (void)c;
+    return (sources){ a->x, a->sym_x, a->sym_x_stride, SC_WHERE_X };
+}
+
+static sources of_out(const sc_comm *c, const sc_args *a)
+{
+    (void)c;
+    return (sources){ a->out, a->sym_out, a->sym_out_stride, SC_WHERE_OUT };
+}
+
+static uint64_t remote(const sc_comm *c, const sources *s, int q)
+{
+    return c->peer_where[2 * (size_t)q + (size_t)s->where];
+}
+
+/* Bytes [at, at + bytes) of rank q's buffer, readable here: in place, or read into
+ * `stage` (NULL, with *st set, when the read failed). */
+static const char *fetch(sc_comm *c, const sources *s, int q, size_t at, size_t bytes,
+                         char *stage, int *st)
+{
+    if (q == c->rank)
+        return s->own + at;
+    if (s->base)
+        return s->base + (size_t)q * s->stride + at;
+    *st = sc_cma_read(c, q, remote(c, s, q) + at, stage, bytes);
+    return *st == SC_OK ? stage : NULL;
+}
+
+/* dst = bytes [at, at + bytes) of rank q's buffer. */
+static int copy_from(sc_comm *c, const sources *s, int q, size_t at, char *dst, size_t bytes,
+                     int stream)
+{
+    if (q != c->rank && !s->base)
+        return sc_cma_read(c, q, remote(c, s, q) + at, dst, bytes);
+    const char *src = q == c->rank ? s->own + at : s->base + (size_t)q * s->stride + at;
+    if (dst != src)         /* (in place: this rank's own row is there already) */
+        sc_out_copy(dst, src, bytes, stream);
+    return SC_OK;
+}
+
+/* Every peer's call checked: its buffers are ready and it agrees with ours. */
+static int arrive(sc_comm *c)
+{
+    for (int i = 1; i < c->world; i++) {
+        int peer = (c->rank + i) % c->world;
+        SC_TRY(sc_call_check(c, peer));
+        c->recv[peer].checked = c->call_seq;
+    }
+    return SC_OK;
+}
+
+/* Every rank is past its reads of the others' buffers. */
+static int all_done(sc_comm *c)
+{
+    sc_stream_fence();      /* streaming stores are visible before the counter says so */
+    uint64_t n = ++c->barrier_seq;
+    sc_signal(&c->ranks[c->rank].barrier, n);
+    for (int i = 1; i < c->world; i++) {
+        int peer = (c->rank + i) % c->world;
+        SC_TRY(sc_wait_ge(c, &c->ranks[peer].barrier, n, peer,
+                          "waiting for the symmetric-buffer reads of", NULL));
+    }
+    return SC_OK;
+}
+
+/* dst[0, n) = src_0 (+) ... (+) src_{P-1} over items [off, off + n) of every rank's
+ * buffer, in rank order, chunk by chunk so the partial (and a staged peer chunk)
+ * stays in cache.  `alias`: dst is one of the sources, so only the last step may
+ * write it. */
+static int reduce_sources(sc_comm *c, const sc_kernels *k, const sources *s, size_t off,
+                          size_t n, char *dst, int alias)
+{
+    int P = c->world, st = SC_OK;
+    size_t isz = k->itemsize, chunk = c->slot_bytes / k->accsize;
+    char *stage[2] = { c->stage, c->stage ? c->stage + c->slot_bytes : NULL };
+    /* Items that are their own accumulator combine straight into dst. */
+    int direct = !alias && k->accsize == isz && !k->finishes;
+    for (size_t start = 0; start < n; start += chunk) {
+        size_t m = sc_min(n - start, chunk), at = (off + start) * isz, len = m * isz;
+        char *d = dst + start * isz;
+        const char *a = fetch(c, s, 0, at, len, stage[0], &st), *b;
+        if (!a)
+            return st;
+        if (direct) {
+            if (!(b = fetch(c, s, 1, at, len, stage[1], &st)))
+                return st;
+            k->combine(d, a, b, m);
+            for (int q = 2; q < P; q++) {
+                if (!(b = fetch(c, s, q, at, len, stage[1], &st)))
+                    return st;
+                k->combine(d, d, b, m);
+            }
+            continue;
+        }
+        char *acc = c->scratch, *next = c->scratch + c->slot_bytes;
+        k->first(acc, a, m);
+        for (int q = 1; q < P - 1; q++) {
+            if (!(b = fetch(c, s, q, at, len, stage[1], &st)))
+                return st;
+            k->mid(next, acc, b, m);
+            char *t = acc;
+            acc = next, next = t;
+        }
+        if (!(b = fetch(c, s, P - 1, at, len, stage[1], &st)))
+            return st;
+        k->last(d, acc, b, m, P);
+    }
+    return SC_OK;
+}
+
+/* One-shot: every rank reduces all P buffers itself.  Peers read x while this rank
+ * writes out, so in place (cma; symmetric is never offered one-shot in place) the
+ * result is made aside and copied into x once every peer has read it. */
+int sc_single_copy_allreduce(sc_comm *c, const sc_args *a, const sc_kernels *k)
+{
+    sources x = of_x(c, a);
+    size_t bytes = a->count * k->itemsize;
+    char *dst = a->out;
+    if (a->out == a->x && bytes && !(dst = sc_wide(c, bytes)))
+        return SC_ENOMEM;
+    SC_TRY(arrive(c));
+    SC_TRY(reduce_sources(c, k, &x, 0, a->count, dst, 0));
+    SC_TRY(all_done(c));
+    if (dst != a->out)
+        memcpy(a->out, dst, bytes);
+    return SC_OK;
+}
+
+/* Two-shot: rank r reduces block r of every x into block r of its out, then copies
+ * every other block from the rank that reduced it.  In place (out is x) too: block r
+ * of x_q is read only by rank r, before anyone writes it. */
+int sc_single_copy_two_shot(sc_comm *c, const sc_args *a, const sc_kernels *k)
+{
+    sources x = of_x(c, a), out = of_out(c, a);
+    size_t isz = k->itemsize, off, len;
+    int in_place = a->out == a->x;
+    SC_TRY(arrive(c));
+    sc_block_range(a->count, c->world, c->rank, &off, &len);
+    SC_TRY(reduce_sources(c, k, &x, off, len, (char *)a->out + off * isz, in_place));
+    SC_TRY(all_done(c));
+    int stream = sc_use_stream(c, a->count * isz) && !in_place;
+    for (int i = 1; i < c->world; i++) {
+        int q = (c->rank + i) % c->world;
+        sc_block_range(a->count, c->world, q, &off, &len);
+        SC_TRY(copy_from(c, &out, q, off * isz, (char *)a->out + off * isz, len * isz, stream));
+    }
+    return all_done(c);
+}
+
+/* Rank r reduces block r of every x (in place when out is block r of its own x: no
+ * peer reads that block). */
+int sc_single_copy_reduce_scatter(sc_comm *c, const sc_args *a, const sc_kernels *k)
+{
+    sources x = of_x(c, a);
+    size_t isz = k->itemsize, block = a->count * isz;
+    const char *mine = (const char *)a->x + (size_t)c->rank * block;
+    SC_TRY(arrive(c));
+    SC_TRY(reduce_sources(c, k, &x, (size_t)c->rank * a->count, a->count, a->out,
+                          (const char *)a->out == mine));
+    return all_done(c);
+}
+
+/* Every rank copies every x into its out (count: bytes of one x). */
+int sc_single_copy_allgather(sc_comm *c, const sc_args *a, const sc_kernels *k)
+{
+    (void)k;
+    sources x = of_x(c, a);
+    int stream = sc_use_stream(c, a->count * (size_t)c->world);
+    SC_TRY(arrive(c));
+    for (int i = 0; i < c->world; i++) {
+        int q = (c->rank + i) % c->world;
+        SC_TRY(copy_from(c, &x, q, 0, (char *)a->out + (size_t)q * a->count, a->count, stream));
+    }
+    return all_done(c);
+}
+
+/* Every rank copies the root's x into its own. */
+int sc_single_copy_broadcast(sc_comm *c, const sc_args *a, const sc_kernels *k)
+{
+    (void)k;
+    sources x = of_x(c, a);
+    SC_TRY(arrive(c));
+    if (c->rank != a->root)
+        SC_TRY(copy_from(c, &x, a->root, 0, (char *)a->x, a->count, sc_use_stream(c, a->count)));
+    return all_done(c);
+}
+
+/* The root reduces every x into its out; the others only wait for it. */
+int sc_single_copy_reduce(sc_comm *c, const sc_args *a, const sc_kernels *k)
+{
+    sources x = of_x(c, a);
+    SC_TRY(arrive(c));
+    if (c->rank == a->root)
+        SC_TRY(reduce_sources(c, k, &x, 0, a->count, a->out, a->out == a->x));
+    return all_done(c);
+}
+
+/* The root copies every x into its out (count: bytes of one x). */
+int sc_single_copy_gather(sc_comm *c, const sc_args *a, const sc_kernels *k)
+{
+    (void)k;
+    sources x = of_x(c, a);
+    SC_TRY(arrive(c));
+    if (c->rank == a->root) {
+        int stream = sc_use_stream(c, a->count * (size_t)c->world);
+        for (int q = 0; q < c->world; q++)
+            SC_TRY(copy_from(c, &x, q, 0, (char *)a->out + (size_t)q * a->count, a->count,
+                             stream));
+    }
+    return all_done(c);
+}
