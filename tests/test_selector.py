@@ -257,7 +257,8 @@ def test_cgroup_limits_are_read_from_cpuset_and_quota(tmp_path):
 
 
 def test_cma_is_the_symmetric_schedule_with_its_reads_priced_by_the_measured_ratio():
-    """symmetric terms with moved·2ρ, plus σ per read (tuning.algorithms.cma)."""
+    """symmetric terms with moved·2ρ, priced by the collective's own fit, plus σ per
+    read (tuning.algorithms.cma)."""
     from shmcoll.tuning.algorithms import cma, symmetric
     n, P, per_read, ratio = 1 << 20, 4, 2e-6, 0.4
     models = Models(M, cross_memory=(per_read, ratio))
@@ -265,8 +266,8 @@ def test_cma_is_the_symmetric_schedule_with_its_reads_priced_by_the_measured_rat
                                                        symmetric.variants("allreduce", P, n)):
         assert variant == sym_variant and code in (cma.CODE, cma.CODE_TWO_SHOT)
         read = Terms(s.steps, s.messages, s.moved * 2 * ratio, s.reduced)
-        want = symmetric.price(models, read, variant) + per_read * t.reads
-        assert cma.price(models, t, variant) == pytest.approx(want)
+        want = symmetric.price(models, "allreduce", read, variant, fit=None) + per_read * t.reads
+        assert cma.price(models, "allreduce", t, variant) == pytest.approx(want)
     (_, _, t), = cma.variants("broadcast", P, n)
     assert t.reads == 1          # the root's x, in one read
     (_, _, t), = cma.variants("allgather", P, n)

@@ -26,6 +26,7 @@ static double sc_min_d(double a, double b) { return a < b ? a : b; }
 
 #define PROBE_BYTES (64u * 1024u)    /* what one timed copy moves */
 #define PROBE_ROUNDS 5               /* best of: a preempted round does not count */
+#define PROBE_COPIES 6               /* of PROBE_BYTES each, best of (each on bytes of its own) */
 
 /* What rank `rank` of the job with `token` keeps in its probe word. */
 static uint64_t probe_value(uint64_t token, int rank)
@@ -75,13 +76,13 @@ static double small_read(void)
 }
 
 /* The probe's shared bytes: the start of rank 1's ring channel (no call has used it
- * yet; rank 1 reserved it at attach), as an offset into the segment; *quarter: the
+ * yet; rank 1 reserved it at attach), as an offset into the segment; *piece: the
  * bytes of one timed copy; *rounds: copies (each on bytes of its own). */
-static size_t probe_area(const sc_comm *c, size_t *quarter, int *rounds)
+static size_t probe_area(const sc_comm *c, size_t *piece, int *rounds)
 {
     size_t chan = sc_channel_bytes(c->slot_bytes, c->nslots);
-    *quarter = sc_max(SC_PAGE, sc_min(PROBE_BYTES, chan / 2) & ~(size_t)(SC_PAGE - 1));
-    *rounds = chan >= 2 * *quarter ? 2 : 1;
+    *piece = sc_max(SC_PAGE, sc_min(PROBE_BYTES, chan / PROBE_COPIES) & ~(size_t)(SC_PAGE - 1));
+    *rounds = (int)sc_max(1, sc_min(PROBE_COPIES, chan / *piece));
     return sc_off_slots(c->world) + ((size_t)1 * c->world + 2 % c->world) * chan;
 }
 
@@ -96,17 +97,17 @@ static void copy(char *dst, const char *src, size_t bytes)
  * would, timed.  Publishes both; returns the buffer (freed once the job agreed). */
 static char *probe_source(sc_comm *c)
 {
-    size_t quarter;
+    size_t piece;
     int rounds;
-    size_t off = probe_area(c, &quarter, &rounds);
-    char *src = malloc(2 * quarter);
+    size_t off = probe_area(c, &piece, &rounds);
+    char *src = malloc((size_t)rounds * piece);
     if (!src)
         return NULL;
-    memset(src, 0x5a, 2 * quarter);
+    memset(src, 0x5a, (size_t)rounds * piece);
     double in = 1.0;
     for (int r = 0; r < rounds; r++) {
         uint64_t t0 = sc_now_ns();
-        copy(c->base + off + r * quarter, src + r * quarter, quarter);
+        copy(c->base + off + r * piece, src + r * piece, piece);
         in = sc_min_d(in, seconds_since(t0));
     }
     c->ranks[1].cma_src = (uint64_t)(uintptr_t)src;
@@ -119,20 +120,20 @@ static char *probe_source(sc_comm *c)
  * byte is read once, from rank 1's cache (a second read would find it here). */
 static double read_ratio(sc_comm *c)
 {
-    size_t quarter;
+    size_t piece;
     int rounds;
-    size_t off = probe_area(c, &quarter, &rounds);
+    size_t off = probe_area(c, &piece, &rounds);
     pid_t pid = atomic_load_explicit(&c->ranks[1].pid, memory_order_acquire);
-    char *dst = malloc(quarter);
+    char *dst = malloc(piece);
     double out = 1.0, cma = 1.0;
     if (!dst || !c->ranks[1].cma_src)
         cma = -1.0;
     for (int r = 0; r < rounds && cma > 0; r++) {
         uint64_t t0 = sc_now_ns();
-        copy(dst, c->base + off + r * quarter, quarter);
+        copy(dst, c->base + off + r * piece, piece);
         out = sc_min_d(out, seconds_since(t0));
         t0 = sc_now_ns();
-        if (read_exact(pid, c->ranks[1].cma_src + r * quarter, dst, quarter))
+        if (read_exact(pid, c->ranks[1].cma_src + r * piece, dst, piece))
             cma = -1.0;
         else
             cma = sc_min_d(cma, seconds_since(t0));

@@ -101,7 +101,7 @@ def cost_table(collective, world, nbytes, model=None, variants=None):
             if world == 1:
                 seconds = 0.0
             elif hasattr(alg, "price"):     # priced with other fits than its own
-                seconds = alg.price(models, terms, variant)
+                seconds = alg.price(models, collective, terms, variant)
             else:
                 seconds = model.seconds(terms, name)
             if best is None or seconds < best.seconds:

@@ -14,11 +14,14 @@ fixed cost per read:
 
     symmetric terms with moved·2ρ, + σ·reads
 
-ρ (a cross-memory read of bytes a peer has just written, over the same bytes' two
-copies through a channel) and σ (a small read) are measured by rank 0 — with rank 1 —
-at creation and are the same on every rank (Models.cross_memory).  Where ρ ≥ 1 (on
-some machines the kernel's page pinning makes a read slower than two copies) the
-cost model never picks cma; where it is well below 1 single copy wins from mid sizes.
+priced by the collective's own fit — the one that prices the channel schedules cma
+competes with, so no difference between two fits can make it look cheap (the AllGather
+fit's β is not the AllReduce fit's).  ρ (a cross-memory read of bytes a peer has just
+written, over the same bytes' two copies through a channel) and σ (a small read) are
+measured by rank 0 — with rank 1 — at creation and are the same on every rank
+(Models.cross_memory).  Where ρ ≥ 1 (on some machines the kernel's page pinning
+makes a read slower than two copies) the cost model never picks cma; where it is well
+below 1, single copy wins from mid sizes.
 """
 from dataclasses import dataclass
 
@@ -41,12 +44,12 @@ class ReadTerms(Terms):
     reads: float = 0.0
 
 
-def price(models, terms, variant):
+def price(models, collective, terms, variant):
     """Seconds of one variant (see the module's text); priced as symmetric's when
     `models` carries no measured cross-memory costs."""
     per_read, ratio = getattr(models, "cross_memory", ()) or (0.0, 0.5)
     read = Terms(terms.steps, terms.messages, terms.moved * 2 * ratio, terms.reduced)
-    return symmetric.price(models, read, variant) + per_read * terms.reads
+    return symmetric.price(models, collective, read, variant, fit=None) + per_read * terms.reads
 
 
 def variants(collective, world, nbytes):

@@ -45,10 +45,11 @@ PRICED_AS = "direct"
 _SYNCHRONISATIONS = {"one-shot": 2, "two-shot": 3}
 
 
-def price(models, terms, variant):
-    """Seconds of one variant (see the module's text): `models` is a Models or a
-    CostModel, whose AllReduce fit prices every collective here."""
-    model = model_for_collective(models, "allreduce")
+def price(models, collective, terms, variant, fit="allreduce"):
+    """Seconds of one variant of `collective` (see the module's text): `models` is a
+    Models or a CostModel, whose `fit` (the AllReduce one) prices every collective
+    here."""
+    model = model_for_collective(models, fit or collective)
     fixed = dict(model.setup).get(PRICED_AS, 0.0) if model.setup else 0.0
     return model.seconds(terms, PRICED_AS) + (_SYNCHRONISATIONS.get(variant, 2) - 1) * fixed
 
