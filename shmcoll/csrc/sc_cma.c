@@ -10,9 +10,9 @@
  * publishes its verdict, and waits for the others': the schedules that read peers'
  * memory run only when every rank reached every other.  Nothing is widened for it
  * (no PR_SET_PTRACER): a job that may not read its peers keeps the shared-memory
- * path.  Rank 0 also measures what a read costs against loading the same bytes from
- * shared memory, for the cost model (the same figures on every rank, so every rank
- * reaches the same choice). */
+ * path.  Rank 0 also measures, with rank 1, what a read costs against the same
+ * bytes' two copies through a channel, for the cost model (the same figures on every
+ * rank, so every rank reaches the same choice). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdlib.h>
