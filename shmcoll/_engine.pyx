@@ -13,6 +13,7 @@ import collections
 import copy
 import hashlib
 import os
+import time
 
 import numpy as np
 
@@ -565,6 +566,7 @@ cdef class Engine:
     cdef public object symmetric_decide   # (collective, nbytes, algo, out case) -> code
     cdef readonly object cross_memory     # (s per read, s per page) once agreed, or None
     cdef dict _sym_codes
+    cdef object _trial          # the decider's trial the call being made reports to
     cdef object __weakref__
 
     def __cinit__(self, Segment seg, int rank, int world, uint64_t token, params):
@@ -778,10 +780,12 @@ cdef class Engine:
         elif layout != NULL:
             a.algo = SC_ALGO_DIRECT
         else:
-            a.algo = self._code(collective, nbytes, algo)
+            a.algo = self._code(collective, nbytes, algo, not async_op)
         if async_op:
             return self._submit(&a, keep, result)
         cdef int st
+        trial, self._trial = self._trial, None
+        started = time.perf_counter() if trial is not None else 0.0
         self._enter()
         try:
             with nogil:
@@ -790,6 +794,8 @@ cdef class Engine:
                 self._raise(st, COLLECTIVE_NAMES[collective])
         finally:
             self._leave()
+        if trial is not None:
+            trial.observe(time.perf_counter() - started)
         return result
 
     # -- nonblocking calls ----------------------------------------------------------
@@ -981,12 +987,14 @@ cdef class Engine:
             a.sym_out, a.sym_out_stride, a.sym_out_id = NULL, 0, -1
         return code
 
-    cdef int _code(self, int collective, size_t nbytes, object algo) except -1:
-        """The schedule for this size: the decider's, remembered per (size, algo)."""
+    cdef int _code(self, int collective, size_t nbytes, object algo, bint blocking) except -1:
+        """The schedule for this size: the decider's, remembered per (size, algo); a
+        call the decider makes a trial of leaves that trial in _trial."""
         key = nbytes if algo is None else (algo, nbytes)
         code = (<dict>self._codes[collective]).get(key)
         if code is None:
-            code = self._decider.code(COLLECTIVE_NAMES[collective], nbytes, algo)
+            code = self._decider.code(COLLECTIVE_NAMES[collective], nbytes, algo, blocking)
+            self._trial = self._decider.timing
         return code
 
     @property

@@ -153,8 +153,14 @@ class Communicator:
             variants = selector.cross_memory_variants(self.world_size)
         debug = str(get("SHMCOLL_DEBUG")).upper() in ("INFO", "TRACE")
         engine.decider = Decider(self.world_size, model, self._rules, variants,
-                                 log_rank=self.rank if debug else None)
+                                 log_rank=self.rank if debug else None,
+                                 agree=self._slowest if _tuning() else None)
         _ENGINES.add(engine)
+
+    def _slowest(self, seconds: Sequence[float]) -> List[float]:
+        """Each entry's maximum over the ranks (a trial's agreement, tuning.trials)."""
+        values = np.asarray(seconds, np.float64)
+        return self._engine.allreduce(values, None, OP_CODES["max"], "direct", False).tolist()
 
     @property
     def cross_memory(self) -> Optional[Tuple[float, float]]:
@@ -167,7 +173,8 @@ class Communicator:
     def algorithm_for(self, collective: str, nbytes: int, algo: Optional[str] = None,
                       device: bool = False, symmetric: Optional[str] = None) -> str:
         """What a call of `collective` on nbytes (priced as in shmcoll.collectives) runs
-        here, as 'algorithm' or 'algorithm (variant)'; device=True: for device arrays;
+        here, as 'algorithm' or 'algorithm (variant)' (where a trial settled the size
+        class, its winner; see shmcoll.tuning.trials); device=True: for device arrays;
         symmetric: for an x in a symmetric allocation, with out "plain", "symmetric"
         or "in place" (see empty)."""
         if symmetric is not None:
@@ -513,6 +520,13 @@ class Communicator:
     def __repr__(self) -> str:
         state = "closed" if self.closed else "open"
         return f"<shmcoll.Communicator rank {self.rank} of {self.world_size}, {state}>"
+
+
+def _tuning():
+    mode = str(get("SHMCOLL_TUNE")).strip().lower()
+    if mode not in ("auto", "off"):
+        raise ValueError(f"SHMCOLL_TUNE must be 'auto' or 'off', got {mode!r}")
+    return mode == "auto"
 
 
 def _shared_cores(costs, world):

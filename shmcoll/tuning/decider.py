@@ -8,7 +8,7 @@ engine reads `codes` directly: on its hot path a known size costs one dict looku
 from typing import Dict, Optional, Tuple
 
 from shmcoll.collectives import ALL, BY_NAME
-from shmcoll.tuning import selector
+from shmcoll.tuning import selector, trials
 
 CACHE_MAX = 4096        # distinct (size, algo) per collective before the cache starts over
 
@@ -19,17 +19,24 @@ class Decider:
     `variants` ({collective: {algorithm: (variant, ...)}}) limits the candidates to
     what a path implements; `alone` is what a one-rank job runs when no algorithm is
     named (a copy: no ring to walk); `log_rank` logs each new decision
-    (SHMCOLL_DEBUG=INFO) as that rank."""
+    (SHMCOLL_DEBUG=INFO) as that rank.  `agree` (seconds per candidate -> the same,
+    maximised over the ranks; None: never) lets the model's close calls be settled by
+    trials (tuning.trials)."""
 
     def __init__(self, world: int, model, rules: Optional[selector.Rules] = None,
                  variants: Optional[dict] = None, alone: Optional[str] = None,
-                 log_rank: Optional[int] = None):
+                 log_rank: Optional[int] = None, agree=None):
         self.world, self.model = world, model
         self.rules = rules if rules is not None else selector.Rules()
         self.variants, self.alone, self.log_rank = variants, alone, log_rank
+        self.agree = agree if world > 1 else None
         self._decisions: Dict[Tuple[str, int, Optional[str]], selector.Decision] = {}
         # engine code -> {nbytes, or (algo, nbytes): schedule code}
         self.codes: Dict[int, dict] = {c.code: {} for c in ALL}
+        # (collective, size class) -> its trial, or None where the model has no close call
+        self._trials: Dict[Tuple[str, int], Optional[trials.Trial]] = {}
+        # the trial the call just decided reports its time to (None: not a trial call)
+        self.timing: Optional[trials.Trial] = None
 
     def decide(self, collective: str, nbytes: int, algo: Optional[str] = None) -> selector.Decision:
         """`algo` if named (its best variant for the size), else the override rule
@@ -56,14 +63,54 @@ class Decider:
         return decision
 
     def label(self, collective: str, nbytes: int, algo: Optional[str] = None) -> str:
-        """'algorithm' or 'algorithm (variant)' of what the call runs."""
-        return self.decide(collective, nbytes, algo).candidate.label
+        """'algorithm' or 'algorithm (variant)' of what the call runs (once a trial
+        settled its size class: the winner)."""
+        decision = self.decide(collective, nbytes, algo)
+        trial = self._trial(collective, nbytes, algo, decision)
+        if trial is not None and trial.winner:
+            decision = self.decide(collective, nbytes, trial.winner)
+        return decision.candidate.label
 
-    def code(self, collective: str, nbytes: int, algo: Optional[str]) -> int:
-        """The schedule code of a call, remembered in `codes` for the engine."""
-        code = self.decide(collective, nbytes, algo).candidate.code
+    def code(self, collective: str, nbytes: int, algo: Optional[str],
+             blocking: bool = True) -> int:
+        """The schedule code of a call, remembered in `codes` for the engine — except
+        while a trial runs for its size class: then the candidate whose turn it is
+        (blocking calls; `timing` names the trial to report the call's time to) or the
+        model's choice (nonblocking calls), not remembered."""
+        self.timing = None
+        decision = self.decide(collective, nbytes, algo)
+        trial = self._trial(collective, nbytes, algo, decision)
+        if trial is not None:
+            if not trial.winner and trial.measured:
+                self._settle(collective, nbytes, trial)
+            if not trial.winner:
+                if not blocking:
+                    return decision.candidate.code
+                self.timing = trial
+                return self.decide(collective, nbytes, trial.current).candidate.code
+            decision = self.decide(collective, nbytes, trial.winner)
+        code = decision.candidate.code
         memo = self.codes[BY_NAME[collective].code]
         if len(memo) >= CACHE_MAX:
             memo.clear()
         memo[nbytes if algo is None else (algo, nbytes)] = code
         return code
+
+    def _trial(self, collective, nbytes, algo, decision):
+        """The trial of the call's size class, started at its first call; None where
+        none runs (no agreement, a named algorithm or a rule, no close call)."""
+        if self.agree is None or algo not in (None, "auto") or decision.reason != "cost model":
+            return None
+        key = (collective, trials.size_class(nbytes))
+        if key not in self._trials:
+            names = trials.candidates(decision.table, decision.candidate.algorithm)
+            self._trials[key] = trials.Trial(names) if names else None
+        return self._trials[key]
+
+    def _settle(self, collective, nbytes, trial):
+        """Every rank at once (the same call of every rank): agree on the winner."""
+        agreed = [float(s) for s in self.agree(trial.best())]
+        trial.settle(agreed)
+        if self.log_rank is not None:
+            selector.log_line(self.log_rank,
+                              trials.describe(collective, nbytes, self.world, trial, agreed))

@@ -310,10 +310,15 @@ def log_decision(rank, collective, world, nbytes, decision):
     if key in _logged:
         return
     _logged.add(key)
+    log_line(rank, format_decision(collective, world, nbytes, decision))
+
+
+def log_line(rank, text):
+    """One INFO line as `rank` (a handler to stderr if the application set none)."""
     if not log.handlers and not logging.getLogger().handlers:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
         log.addHandler(handler)
     if log.level == logging.NOTSET:
         log.setLevel(logging.INFO)
-    log.info("rank %d: %s", rank, format_decision(collective, world, nbytes, decision))
+    log.info("rank %d: %s", rank, text)

@@ -1,0 +1,87 @@
+"""Trials: the cost model's close calls settled by measurement, on first use.
+
+The model's parameters come from a calibration (of this machine, or of the reference
+machine when this one has none), and where it prices two schedules within a few
+percent of each other its choice is a coin toss: on a machine it has never seen,
+`auto` was 1.13-1.35x slower than the best fixed algorithm at some sizes.  So where
+the model prices other schedules within MARGIN of its cheapest, the first blocking
+calls of that size class (a power of two of bytes) run each of them in turn — one
+untimed call each first (a channel's memory is backed at its first use), then ROUNDS
+timed ones — and the ranks agree on the winner: each candidate's best time on every
+rank, maximised over the ranks by one small AllReduce, the fastest wins.  Every rank
+makes the same calls in the same order, so every rank runs the same candidate in
+every call and reaches the same winner.  The winner then serves every size of the
+class, as the model's choice would have.
+
+Trials count blocking calls only (a nonblocking call's time is not the caller's to
+see); nonblocking calls meanwhile run what the model chose.  Named algorithms
+(algo=, SHMCOLL_ALGO) are never tried against.  Calls of one size class may round
+differently while the trial runs (each schedule combines in its own order) and from
+run to run (the winner follows the machine); SHMCOLL_TUNE=off keeps the model's
+choice alone, a pure function of the call.
+"""
+from dataclasses import dataclass, field
+from typing import List
+
+MARGIN = 1.5        # schedules priced within this factor of the cheapest are tried
+MAX_CANDIDATES = 3  # the cheapest three at most
+ROUNDS = 3          # timed calls per candidate (the best counts)
+
+
+@dataclass
+class Trial:
+    """One size class's trial: the candidates (algorithm names, cheapest modelled
+    first), the calls made so far and each candidate's timed seconds."""
+    candidates: List[str]
+    calls: int = 0
+    seconds: List[List[float]] = field(default_factory=list)
+    winner: str = ""
+
+    def __post_init__(self):
+        self.seconds = [[] for _ in self.candidates]
+
+    @property
+    def current(self) -> str:
+        """The candidate the next call runs (round robin)."""
+        return self.candidates[self.calls % len(self.candidates)]
+
+    @property
+    def measured(self) -> bool:
+        return self.calls >= len(self.candidates) * (ROUNDS + 1)
+
+    def observe(self, seconds: float) -> None:
+        """The call of `current` took `seconds` on this rank (its first is not timed)."""
+        if self.calls >= len(self.candidates):
+            self.seconds[self.calls % len(self.candidates)].append(seconds)
+        self.calls += 1
+
+    def best(self) -> List[float]:
+        return [min(s) for s in self.seconds]
+
+    def settle(self, agreed: List[float]) -> str:
+        """The winner by `agreed` (every candidate's best, the slowest rank's)."""
+        self.winner = self.candidates[min(range(len(agreed)), key=agreed.__getitem__)]
+        return self.winner
+
+
+def size_class(nbytes: int) -> int:
+    """Sizes that share one trial: [2^(k-1), 2^k) bytes."""
+    return int(nbytes).bit_length()
+
+
+def candidates(table, chosen):
+    """The algorithms worth a trial: the model's choice and those priced within MARGIN
+    of it, cheapest first (fewer than two: none)."""
+    ranked = sorted(table.values(), key=lambda c: c.seconds)
+    close = [c.algorithm for c in ranked if c.seconds <= MARGIN * ranked[0].seconds]
+    if chosen not in close:
+        return []
+    close = close[:MAX_CANDIDATES]
+    return close if len(close) > 1 else []
+
+
+def describe(collective, nbytes, world, trial, agreed):
+    """One line for SHMCOLL_DEBUG=INFO: what was tried and what won."""
+    times = ", ".join(f"{a} {s * 1e6:.2f}" for a, s in zip(trial.candidates, agreed))
+    return (f"{collective} {nbytes} B P={world}: trial (best of {ROUNDS}, slowest rank, us) "
+            f"{times} -> {trial.winner}")

@@ -1,0 +1,47 @@
+"""Trials (shmcoll.tuning.trials): the cost model's close calls settled by measurement
+on the first blocking calls of a size class, the same winner on every rank."""
+import pytest
+
+import trial_workers as tw
+from shmcoll.tuning import trials
+from shmcoll.tuning.selector import Candidate
+
+
+def table(**seconds):
+    return {a: Candidate(a, a, i, s) for i, (a, s) in enumerate(seconds.items())}
+
+
+def test_candidates_are_the_choice_and_those_priced_close_to_it():
+    assert trials.candidates(table(ring=1.0, direct=1.2, tree=1.6, rhd=1.4), "ring") == \
+        ["ring", "direct", "rhd"]
+    assert trials.candidates(table(ring=1.0, direct=2.0), "ring") == []     # no close call
+    assert trials.candidates(table(ring=1.0, direct=1.1), "tree") == []     # a rule chose
+
+
+def test_a_trial_runs_each_candidate_in_turn_and_the_fastest_wins():
+    t = trials.Trial(["ring", "direct"])
+    runs = []
+    while not t.measured:
+        runs.append(t.current)
+        t.observe({"ring": 2.0, "direct": 1.0}[t.current] + (5.0 if t.calls < 2 else 0.0))
+    assert runs == ["ring", "direct"] * (trials.ROUNDS + 1)
+    assert t.best() == [2.0, 1.0]           # the untimed first calls do not count
+    assert t.settle([2.5, 1.5]) == "direct"
+
+
+@pytest.mark.parametrize("P", [2, 3])
+def test_every_rank_settles_on_the_same_schedule(pools, P):
+    results = pools(P).run(tw.settle)
+    assert all(r == results[0] for r in results), results
+
+
+def test_nonblocking_calls_meanwhile_run_the_models_choice(pools):
+    for wrong, label in pools(3).run(tw.mixed_with_nonblocking):
+        assert wrong == 0 and label
+
+
+@pytest.mark.parametrize("mode", ["off", "auto"])
+def test_no_trial_when_turned_off_or_an_algorithm_is_named(pools, mode):
+    for started, models_choice in pools(2).run(tw.untried, mode):
+        assert all(t is None or t.calls == 0 for t in started.values()), started
+        assert models_choice

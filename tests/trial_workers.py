@@ -1,0 +1,50 @@
+"""Rank functions of test_trials (module level, so spawned ranks import them)."""
+import os
+
+import numpy as np
+
+SIZES = (8, 4096, 32768, 1 << 20)
+
+
+def settle(comm, calls=15):
+    """{nbytes: (model's choice, what runs after `calls` blocking calls)}, results checked."""
+    out = {}
+    for n in SIZES:
+        x = np.full(n // 4, comm.rank + 1, np.float32)
+        model = comm._engine.decider.decide("allreduce", n).candidate.label
+        for _ in range(calls):
+            assert comm.allreduce(x)[0] == sum(range(1, comm.world_size + 1))
+        out[n] = (model, comm.algorithm_for("allreduce", n))
+    return out
+
+
+def mixed_with_nonblocking(comm):
+    """Nonblocking calls of a size class on trial run the model's choice meanwhile:
+    every result right, no mismatch."""
+    x = np.full(8192, comm.rank + 1, np.float64)
+    want = sum(range(1, comm.world_size + 1))
+    wrong = 0
+    for i in range(20):
+        if i % 3 == 0:
+            work = comm.allreduce(x, async_op=True)
+            wrong += int(np.count_nonzero(work.wait() != want))
+        else:
+            wrong += int(np.count_nonzero(comm.allreduce(x) != want))
+    return wrong, comm.algorithm_for("allreduce", x.nbytes)
+
+
+def untried(comm, mode):
+    """SHMCOLL_TUNE=off (a child communicator made with it), or a named algorithm:
+    no trial starts."""
+    os.environ["SHMCOLL_TUNE"] = mode
+    child = comm.split(0)
+    try:
+        x = np.ones(8192, np.float32)
+        for _ in range(15):
+            child.allreduce(x, algo="ring" if mode == "auto" else None)
+        decider = child._engine.decider
+        return dict(decider._trials), child.algorithm_for("allreduce", x.nbytes) == \
+            decider.decide("allreduce", x.nbytes).candidate.label
+    finally:
+        child.close()
+        os.environ.pop("SHMCOLL_TUNE")
