@@ -1,8 +1,11 @@
 """Trials (shmcoll.tuning.trials): the cost model's close calls settled by measurement
 on the first blocking calls of a size class, the same winner on every rank."""
+import statistics
+
 import pytest
 
 import trial_workers as tw
+from shmcoll._core.topology import job_cpus
 from shmcoll.tuning import trials
 from shmcoll.tuning.selector import Candidate
 
@@ -23,16 +26,24 @@ def test_a_trial_runs_each_candidate_in_turn_and_the_fastest_wins():
     runs = []
     while not t.measured:
         runs.append(t.current)
-        t.observe({"ring": 2.0, "direct": 1.0}[t.current] + (5.0 if t.calls < 2 else 0.0))
-    assert runs == ["ring", "direct"] * (trials.ROUNDS + 1)
-    assert t.best() == [2.0, 1.0]           # the untimed first calls do not count
+        first = t.calls % trials.BLOCK == 0
+        t.observe({"ring": 2.0, "direct": 1.0}[t.current] + (5.0 if first else 0.0) + t.calls)
+    assert runs == (["ring"] * trials.BLOCK + ["direct"] * trials.BLOCK) * trials.PASSES
+    # the first call of each run is not timed; the median of the others counts
+    timed = [[2.0 + c for c in range(len(runs)) if runs[c] == name and c % trials.BLOCK]
+             for name in ("ring", "direct")]
+    timed[1] = [t - 1.0 for t in timed[1]]
+    assert t.medians() == [statistics.median(x) for x in timed]
     assert t.settle([2.5, 1.5]) == "direct"
 
 
 @pytest.mark.parametrize("P", [2, 3])
 def test_every_rank_settles_on_the_same_schedule(pools, P):
+    """Trials where every rank has a CPU of its own; the model alone where ranks
+    outnumber them (a call's time there follows the scheduler)."""
     results = pools(P).run(tw.settle)
     assert all(r == results[0] for r in results), results
+    assert results[0]["tried"] == (P <= job_cpus())
 
 
 def test_nonblocking_calls_meanwhile_run_the_models_choice(pools):

@@ -15,6 +15,7 @@ def settle(comm, calls=15):
         for _ in range(calls):
             assert comm.allreduce(x)[0] == sum(range(1, comm.world_size + 1))
         out[n] = (model, comm.algorithm_for("allreduce", n))
+    out["tried"] = any(t is not None for t in comm._engine.decider._trials.values())
     return out
 
 

@@ -60,10 +60,11 @@ SETTINGS = {s.name: s for s in (
             "and then prices single-copy reads beside the channels; 'off' (on any rank) "
             "keeps the whole job on the shared-memory path."),
     Setting("SHMCOLL_TUNE", str, "auto",
-            "'auto': where the cost model prices schedules within 1.5x of its choice, the "
-            "first blocking calls of that size class try each and the ranks agree on the "
-            "fastest (shmcoll.tuning.trials); 'off': the model's choice alone (a pure "
-            "function of the call: the same rounding from run to run).  The same on every rank."),
+            "'auto': where the cost model prices schedules within 1.5x of its choice and "
+            "every rank has a usable CPU of its own, the first blocking calls of that size "
+            "class try each and the ranks agree on the fastest (shmcoll.tuning.trials); "
+            "'off': the model's choice alone (a pure function of the call: the same "
+            "rounding from run to run).  The same on every rank."),
     Setting("SHMCOLL_RANK", int, None, "Join mode: this process's rank (shmcoll.init)."),
     Setting("SHMCOLL_WORLD_SIZE", int, None, "Join mode: number of ranks (shmcoll.init)."),
     Setting("SHMCOLL_JOB", str, None,

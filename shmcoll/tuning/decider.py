@@ -108,8 +108,9 @@ class Decider:
         return self._trials[key]
 
     def _settle(self, collective, nbytes, trial):
-        """Every rank at once (the same call of every rank): agree on the winner."""
-        agreed = [float(s) for s in self.agree(trial.best())]
+        """Every rank at once (the same call of every rank): agree on the winner by
+        each candidate's median call on the slowest rank."""
+        agreed = [float(s) for s in self.agree(trial.medians())]
         trial.settle(agreed)
         if self.log_rank is not None:
             selector.log_line(self.log_rank,

@@ -5,14 +5,19 @@ machine when this one has none), and where it prices two schedules within a few
 percent of each other its choice is a coin toss: on a machine it has never seen,
 `auto` was 1.13-1.35x slower than the best fixed algorithm at some sizes.  So where
 the model prices other schedules within MARGIN of its cheapest, the first blocking
-calls of that size class (a power of two of bytes) run each of them in turn — one
-untimed call each first (a channel's memory is backed at its first use), then ROUNDS
-timed ones — and the ranks agree on the winner: each candidate's best time on every
-rank, maximised over the ranks by one small AllReduce, the fastest wins.  Every rank
+calls of that size class (a power of two of bytes) run each of them in turn, in runs
+of BLOCK consecutive calls, PASSES times over — the first call of a run untimed (it
+carries the previous schedule's imbalance between the ranks, and a channel's memory is
+backed at its first use), the others timed as the calls of a loop are — and the ranks
+agree on the winner: each candidate's median call on every rank, maximised over the
+ranks by one small AllReduce, the fastest wins (a median, not the best: the best of a
+few calls favours the schedule whose times scatter most).  Every rank
 makes the same calls in the same order, so every rank runs the same candidate in
 every call and reaches the same winner.  The winner then serves every size of the
 class, as the model's choice would have.
 
+Trials run where every rank has a usable CPU of its own (Communicator: where ranks
+outnumber the CPUs a call's time follows the scheduler more than the schedule).
 Trials count blocking calls only (a nonblocking call's time is not the caller's to
 see); nonblocking calls meanwhile run what the model chose.  Named algorithms
 (algo=, SHMCOLL_ALGO) are never tried against.  Calls of one size class may round
@@ -20,12 +25,14 @@ differently while the trial runs (each schedule combines in its own order) and f
 run to run (the winner follows the machine); SHMCOLL_TUNE=off keeps the model's
 choice alone, a pure function of the call.
 """
+import statistics
 from dataclasses import dataclass, field
 from typing import List
 
 MARGIN = 1.5        # schedules priced within this factor of the cheapest are tried
 MAX_CANDIDATES = 3  # the cheapest three at most
-ROUNDS = 3          # timed calls per candidate (the best counts)
+BLOCK = 4           # consecutive calls of one candidate: one untimed, then timed
+PASSES = 3          # runs of each candidate (so a slow stretch hits more than one)
 
 
 @dataclass
@@ -42,21 +49,21 @@ class Trial:
 
     @property
     def current(self) -> str:
-        """The candidate the next call runs (round robin)."""
-        return self.candidates[self.calls % len(self.candidates)]
+        """The candidate the next call runs (runs of BLOCK, in turn)."""
+        return self.candidates[(self.calls // BLOCK) % len(self.candidates)]
 
     @property
     def measured(self) -> bool:
-        return self.calls >= len(self.candidates) * (ROUNDS + 1)
+        return self.calls >= len(self.candidates) * BLOCK * PASSES
 
     def observe(self, seconds: float) -> None:
-        """The call of `current` took `seconds` on this rank (its first is not timed)."""
-        if self.calls >= len(self.candidates):
-            self.seconds[self.calls % len(self.candidates)].append(seconds)
+        """The call of `current` took `seconds` on this rank (a run's first is not timed)."""
+        if self.calls % BLOCK:
+            self.seconds[(self.calls // BLOCK) % len(self.candidates)].append(seconds)
         self.calls += 1
 
-    def best(self) -> List[float]:
-        return [min(s) for s in self.seconds]
+    def medians(self) -> List[float]:
+        return [statistics.median(s) for s in self.seconds]
 
     def settle(self, agreed: List[float]) -> str:
         """The winner by `agreed` (every candidate's best, the slowest rank's)."""
@@ -83,5 +90,6 @@ def candidates(table, chosen):
 def describe(collective, nbytes, world, trial, agreed):
     """One line for SHMCOLL_DEBUG=INFO: what was tried and what won."""
     times = ", ".join(f"{a} {s * 1e6:.2f}" for a, s in zip(trial.candidates, agreed))
-    return (f"{collective} {nbytes} B P={world}: trial (best of {ROUNDS}, slowest rank, us) "
+    return (f"{collective} {nbytes} B P={world}: trial (median of {(BLOCK - 1) * PASSES}, "
+            f"slowest rank, us) "
             f"{times} -> {trial.winner}")
