@@ -566,7 +566,6 @@ cdef class Engine:
     cdef public object symmetric_decide   # (collective, nbytes, algo, out case) -> code
     cdef readonly object cross_memory     # (s per read, s per page) once agreed, or None
     cdef dict _sym_codes
-    cdef object _trial          # the decider's trial the call being made reports to
     cdef object __weakref__
 
     def __cinit__(self, Segment seg, int rank, int world, uint64_t token, params):
@@ -771,6 +770,7 @@ cdef class Engine:
         AllGather and Gather pass the stacked out this rank was given (`rows`, also
         where unused): x as its row `rank` (in place) reads every peer's row there."""
         cdef sc_args a
+        trial = None
         a.collective, a.dtype, a.op, a.root = collective, dtype, op, root
         a.x, a.out, a.count, a.layout = x, out, count, layout
         a.sym_x, a.sym_out, a.sym_x_stride, a.sym_out_stride = NULL, NULL, 0, 0
@@ -780,13 +780,19 @@ cdef class Engine:
         elif layout != NULL:
             a.algo = SC_ALGO_DIRECT
         else:
-            a.algo = self._code(collective, nbytes, algo, not async_op)
+            # the decider's schedule, remembered per (size, algo); a call it makes a
+            # trial of (tuning.trials) reports its time to that trial
+            key = nbytes if algo is None else (algo, nbytes)
+            code = (<dict>self._codes[collective]).get(key)
+            if code is None:
+                code, trial = self._decider.choose(COLLECTIVE_NAMES[collective], nbytes,
+                                                   algo, not async_op)
+            a.algo = code
         if async_op:
             return self._submit(&a, keep, result)
         cdef int st
-        trial, self._trial = self._trial, None
-        started = time.perf_counter() if trial is not None else 0.0
         self._enter()
+        started = time.perf_counter() if trial is not None else 0.0
         try:
             with nogil:
                 st = sc_run(self.c, &a)
@@ -985,16 +991,6 @@ cdef class Engine:
             self._sym_codes[key] = code
         if code != SC_ALGO_SYMMETRIC_TWO_SHOT:
             a.sym_out, a.sym_out_stride, a.sym_out_id = NULL, 0, -1
-        return code
-
-    cdef int _code(self, int collective, size_t nbytes, object algo, bint blocking) except -1:
-        """The schedule for this size: the decider's, remembered per (size, algo); a
-        call the decider makes a trial of leaves that trial in _trial."""
-        key = nbytes if algo is None else (algo, nbytes)
-        code = (<dict>self._codes[collective]).get(key)
-        if code is None:
-            code = self._decider.code(COLLECTIVE_NAMES[collective], nbytes, algo, blocking)
-            self._trial = self._decider.timing
         return code
 
     @property

@@ -165,9 +165,10 @@ class Communicator:
     @property
     def cross_memory(self) -> Optional[Tuple[float, float]]:
         """None unless every rank may read every other's memory with cross-memory attach
-        (probed at creation; SHMCOLL_CMA): then (seconds per read, extra seconds per
-        4 KiB page) as measured, and the cost model prices algorithm "cma" — single copy
-        of ordinary arrays — beside the channel schedules."""
+        (probed at creation; SHMCOLL_CMA): then (seconds of a small read, ρ: a read of
+        bytes a peer has just written over the same bytes' two copies through a channel)
+        as rank 0 measured them with rank 1, and the cost model prices algorithm "cma" —
+        single copy of ordinary arrays — beside the channel schedules."""
         return self._engine.cross_memory
 
     def algorithm_for(self, collective: str, nbytes: int, algo: Optional[str] = None,

@@ -60,7 +60,10 @@ def test_survivors_of_a_cross_memory_loop_name_the_killed_rank(count):
     procs = [start(r, 3, job, count, "cma") for r in range(3)]
     with cleaned_up(procs):
         for p in procs:
-            assert p.stdout.readline().strip() == "looping"
+            line = p.stdout.readline().strip()
+            if line == "unavailable":
+                pytest.skip("process_vm_readv is not permitted between the ranks here")
+            assert line == "looping"
         time.sleep(0.3)
         procs[1].send_signal(signal.SIGKILL)
         for p in (procs[0], procs[2]):

@@ -35,8 +35,6 @@ class Decider:
         self.codes: Dict[int, dict] = {c.code: {} for c in ALL}
         # (collective, size class) -> its trial, or None where the model has no close call
         self._trials: Dict[Tuple[str, int], Optional[trials.Trial]] = {}
-        # the trial the call just decided reports its time to (None: not a trial call)
-        self.timing: Optional[trials.Trial] = None
 
     def decide(self, collective: str, nbytes: int, algo: Optional[str] = None) -> selector.Decision:
         """`algo` if named (its best variant for the size), else the override rule
@@ -73,11 +71,15 @@ class Decider:
 
     def code(self, collective: str, nbytes: int, algo: Optional[str],
              blocking: bool = True) -> int:
-        """The schedule code of a call, remembered in `codes` for the engine — except
-        while a trial runs for its size class: then the candidate whose turn it is
-        (blocking calls; `timing` names the trial to report the call's time to) or the
-        model's choice (nonblocking calls), not remembered."""
-        self.timing = None
+        """The schedule code of a call (see choose)."""
+        return self.choose(collective, nbytes, algo, blocking)[0]
+
+    def choose(self, collective: str, nbytes: int, algo: Optional[str],
+               blocking: bool = True) -> Tuple[int, Optional[trials.Trial]]:
+        """(schedule code, None) of a call, the code remembered in `codes` for the
+        engine — except while a trial runs for its size class: then the candidate whose
+        turn it is and the trial the call reports its time to (blocking calls), or the
+        model's choice and None (nonblocking calls), not remembered."""
         decision = self.decide(collective, nbytes, algo)
         trial = self._trial(collective, nbytes, algo, decision)
         if trial is not None:
@@ -85,16 +87,15 @@ class Decider:
                 self._settle(collective, nbytes, trial)
             if not trial.winner:
                 if not blocking:
-                    return decision.candidate.code
-                self.timing = trial
-                return self.decide(collective, nbytes, trial.current).candidate.code
+                    return decision.candidate.code, None
+                return self.decide(collective, nbytes, trial.current).candidate.code, trial
             decision = self.decide(collective, nbytes, trial.winner)
         code = decision.candidate.code
         memo = self.codes[BY_NAME[collective].code]
         if len(memo) >= CACHE_MAX:
             memo.clear()
         memo[nbytes if algo is None else (algo, nbytes)] = code
-        return code
+        return code, None
 
     def _trial(self, collective, nbytes, algo, decision):
         """The trial of the call's size class, started at its first call; None where
