@@ -34,30 +34,14 @@ def test_survivors_name_the_killed_rank(count):
             assert float(m.group(2)) - killed_at < 5.0
 
 
+@pytest.mark.parametrize("mode", ["symmetric", "cma"])
 @pytest.mark.parametrize("count", [2, 1 << 18], ids=["8B", "1MiB"])
-def test_survivors_of_a_single_copy_loop_name_the_killed_rank(count):
-    """A rank killed while its peers read its symmetric array in place: they raise
-    PeerLostError naming it (its slice stays mapped by them: no SIGBUS)."""
+def test_survivors_of_a_single_copy_loop_name_the_killed_rank(count, mode):
+    """A rank killed while its peers read its array in place — its symmetric slice, or
+    its x with process_vm_readv (cma): they raise PeerLostError naming it (the slice
+    stays mapped by them: no SIGBUS; a read of a dead process fails, so does the barrier)."""
     job = "death-" + secrets.token_hex(4)
-    procs = [start(r, 3, job, count, "symmetric") for r in range(3)]
-    with cleaned_up(procs):
-        for p in procs:
-            assert p.stdout.readline().strip() == "looping"
-        time.sleep(0.3)
-        procs[1].send_signal(signal.SIGKILL)
-        for p in (procs[0], procs[2]):
-            out, err = p.communicate(timeout=60)
-            assert p.returncode == 3, err
-            m = re.search(r"lost rank (\d+) at", out)
-            assert m and int(m.group(1)) == 1, out
-
-
-@pytest.mark.parametrize("count", [2, 1 << 18], ids=["8B", "1MiB"])
-def test_survivors_of_a_cross_memory_loop_name_the_killed_rank(count):
-    """A rank killed while its peers read its x with process_vm_readv: they raise
-    PeerLostError naming it (a read of a dead process fails; so does the barrier)."""
-    job = "death-" + secrets.token_hex(4)
-    procs = [start(r, 3, job, count, "cma") for r in range(3)]
+    procs = [start(r, 3, job, count, mode) for r in range(3)]
     with cleaned_up(procs):
         for p in procs:
             line = p.stdout.readline().strip()
