@@ -164,6 +164,38 @@ def cpu_while_waiting(comm, sleeper, seconds):
     return time.process_time() - cpu0, time.monotonic() - wall0
 
 
+def other_thread_runs_while_waiting(comm, sleeper, seconds):
+    """Ticks of a pure-Python loop in a second thread: first while this rank sleeps
+    `seconds` (the baseline), then while a small allreduce, then a barrier, wait
+    `seconds` for `sleeper`.  Returns (baseline, [ticks per call])."""
+    import threading
+    ticks, stop = [0], threading.Event()
+
+    def count():
+        while not stop.is_set():
+            ticks[0] += 1
+
+    x = np.ones(2, np.float32)
+    comm.allreduce(x)
+    counter = threading.Thread(target=count)
+    counter.start()
+    counts = []
+    try:
+        before = ticks[0]
+        time.sleep(seconds)
+        baseline = ticks[0] - before
+        for call in (lambda: comm.allreduce(x), comm.barrier):
+            if comm.rank == sleeper:
+                time.sleep(seconds)
+            before = ticks[0]
+            call()
+            counts.append(ticks[0] - before)
+    finally:
+        stop.set()
+        counter.join()
+    return baseline, counts
+
+
 def allreduce_loop(comm, count, iters):
     x = np.full(count, comm.rank + 1.0, np.float32)
     cpu0, wall0 = time.process_time(), time.monotonic()

@@ -161,6 +161,10 @@ struct sc_comm {
     uint64_t cma_word;
     uint64_t *peer_where;
     char *stage;
+    /* sc_hold: the caller's lock, released before a wait lasts past hold_ns. */
+    void (*release)(void *);
+    void *release_arg;
+    uint64_t hold_ns;
 };
 
 /* Layout arithmetic shared by the creator and every attacher. */

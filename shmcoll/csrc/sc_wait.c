@@ -179,6 +179,42 @@ static inline int poll_phases(sc_flag *f, uint64_t target, uint64_t start, uint6
     return 0;
 }
 
+void sc_hold(sc_comm *c, uint64_t hold_ns, void (*release)(void *), void *arg)
+{
+    c->release = release;
+    c->release_arg = arg;
+    c->hold_ns = hold_ns;
+}
+
+/* A wait of this thread has lasted `waited` ns: past the hold, the caller's lock goes
+ * (never on the progress thread, which holds none). */
+static inline void let_go(sc_comm *c, uint64_t waited)
+{
+    if (c->release && waited >= c->hold_ns && !sc_on_progress_thread) {
+        void (*release)(void *) = c->release;
+        c->release = NULL;
+        release(c->release_arg);
+    }
+}
+
+/* The spin of a wait that holds the caller's lock: at most hold_ns (within the spin
+ * budget), then the lock goes; whether the flag reached target meanwhile. */
+static inline int hold_phase(sc_comm *c, sc_flag *f, uint64_t target, uint64_t start,
+                             uint64_t spin_ns, uint64_t *v, uint64_t *now)
+{
+    uint64_t hold = c->hold_ns < spin_ns ? c->hold_ns : spin_ns;
+    while (*now - start < hold) {
+        for (int i = 0; i < 64; i++) {
+            cpu_relax();
+            if (reached(f, target, v))
+                return 1;
+        }
+        *now = sc_now_ns();
+    }
+    let_go(c, c->hold_ns);
+    return 0;
+}
+
 /* One sleep on the flag's futex, at most `ns`; whether it reached target then. */
 static inline int sleep_once(sc_flag *f, uint64_t target, uint64_t ns, uint64_t *v)
 {
@@ -202,6 +238,8 @@ int sc_wait_ge(sc_comm *c, sc_flag *f, uint64_t target, int peer, const char *wh
         spin_ns = sc_progress_spin_ns;
         yield_ns = sc_progress_yield_ns;
     }
+    if (c->release && !sc_on_progress_thread && hold_phase(c, f, target, start, spin_ns, &v, &now))
+        goto done;
     if (poll_phases(f, target, start, spin_ns, yield_ns, &v, &now))
         goto done;
     uint64_t deadline = deadline_of(start, c->params.timeout_s);
@@ -265,6 +303,8 @@ int sc_wait_any(sc_comm *c, sc_flag *const *flags, const uint64_t *targets, cons
     for (uint64_t turn = 0;; turn++) {
         if ((*waited = first_reached(flags, targets, n)) >= 0)
             return SC_OK;
+        if (c->release && now - start >= (c->hold_ns < spin_ns ? c->hold_ns : spin_ns))
+            let_go(c, c->hold_ns);
         if (now - start < spin_ns) {
             for (int i = 0; i < 64; i++)
                 cpu_relax();
