@@ -36,25 +36,38 @@ static void release_source(sc_comm *c, int q)
         sc_recv_release(&c->recv[q]);
 }
 
-/* dst = x_0 (+) x_1 (+) ... (+) x_{P-1} for one chunk, own = our x_rank. */
+/* dst = x_0 (+) x_1 (+) ... (+) x_{P-1} for one chunk, own = our x_rank.  Where
+ * x_0 already has the accumulator type it is the first accumulator itself (held
+ * until the next step has read it), saving a pass over the chunk: at P = 2 the
+ * whole reduction is one pass.  Not where x_0 is dst (rank 0 in place): `last`
+ * may not write over its accumulator. */
 static int reduce_in_rank_order(sc_comm *c, const sc_kernels *k, const char *own, char *dst, size_t n)
 {
-    int P = c->world;
-    const void *src;
-    char *acc = c->scratch, *next = c->scratch + c->slot_bytes;
+    int P = c->world, held = 0;
+    const void *src, *acc;
+    char *bufs[2] = { c->scratch, c->scratch + c->slot_bytes };
     SC_TRY(acquire_source(c, 0, own, &src));
-    k->first(acc, src, n);
-    release_source(c, 0);
+    if (k->itemsize == k->accsize && src != (const void *)dst) {
+        acc = src, held = 1;
+    } else {
+        k->first(bufs[0], src, n);
+        release_source(c, 0);
+        acc = bufs[0];
+    }
     for (int q = 1; q < P - 1; q++) {
         SC_TRY(acquire_source(c, q, own, &src));
+        char *next = bufs[q % 2];
         k->mid(next, acc, src, n);
         release_source(c, q);
-        char *t = acc;
-        acc = next, next = t;
+        if (held)
+            release_source(c, 0), held = 0;
+        acc = next;
     }
     SC_TRY(acquire_source(c, P - 1, own, &src));
     k->last(dst, acc, src, n, P);
     release_source(c, P - 1);
+    if (held)
+        release_source(c, 0);
     return SC_OK;
 }
 

@@ -19,7 +19,8 @@
  * Partners always merge in the same operand order (lower virtual rank first), so
  * every rank computes the same bits.  Partial results travel in the accumulator
  * type; the vector being reduced lives in `out` (or, for float16/bfloat16, in a
- * float32 copy).  A swap sends chunk i then receives chunk i, so neither side is
+ * float32 copy).  The first step reads our own operand straight from x, so an
+ * out-of-place call never copies x into out first (a whole extra pass over M).  A swap sends chunk i then receives chunk i, so neither side is
  * ever more than one chunk ahead (nslots >= 2). */
 #include <string.h>
 
@@ -30,6 +31,8 @@ typedef struct rhd {
     sc_comm *c;
     const sc_kernels *k;
     char *acc;              /* the partial vector, count x accsize */
+    const char *src;        /* where the next step reads our operand: x until the
+                             * first merge (same type only), then acc */
     size_t count;
     int p2, v;              /* power-of-two group size and our rank in it */
     int rem;                /* ranks folded in before the power-of-two part */
@@ -44,6 +47,7 @@ static int real_rank(const rhd *h, int v) { return v < h->rem ? 2 * v + 1 : v + 
 /* What to do with each received chunk: merge into acc, or copy into out. */
 typedef struct sink {
     char *dst;
+    const char *from;       /* our operand (merge only): dst, or x before the first */
     const sc_kernels *k;    /* NULL: copy */
     size_t elem;            /* bytes per element received */
     int received_first;     /* merge order: the received partial is the lower rank's */
@@ -52,12 +56,13 @@ typedef struct sink {
 static void absorb(const sink *s, size_t off, const void *in, size_t bytes)
 {
     char *d = s->dst + off;
+    const char *f = s->from + off;
     if (!s->k)
         memcpy(d, in, bytes);
     else if (s->received_first)
-        s->k->combine(d, in, d, bytes / s->elem);
+        s->k->combine(d, in, f, bytes / s->elem);
     else
-        s->k->combine(d, d, in, bytes / s->elem);
+        s->k->combine(d, f, in, bytes / s->elem);
 }
 
 /* Sends sbytes from snd to peer while receiving rbytes from it into s. */
@@ -98,13 +103,40 @@ static void blocks(const rhd *h, int b0, int b1, size_t *off, size_t *len)
     *len = end - *off;
 }
 
+/* Our operand before the first step: x itself when it has the accumulator type,
+ * else widened into acc; a rank with a folded-in neighbour merges its vector first. */
+static int start(rhd *h, const char *x)
+{
+    size_t bytes = h->count * h->k->accsize;
+    h->src = x;
+    if (h->k->itemsize != h->k->accsize) {
+        h->k->first(h->acc, x, h->count);
+        h->src = h->acc;
+    }
+    if (h->c->rank < 2 * h->rem) {
+        sink s = { h->acc, h->src, h->k, h->k->accsize, 1 };
+        SC_TRY(swap(h->c, h->c->rank - 1, NULL, 0, bytes, &s));
+        h->src = h->acc;
+    }
+    return SC_OK;
+}
+
+/* After the steps: acc holds the result even where there were none (a group of one). */
+static void settle(rhd *h)
+{
+    if (h->src != h->acc)
+        memcpy(h->acc, h->src, h->count * h->k->accsize);
+    h->src = h->acc;
+}
+
 static int doubling(rhd *h)
 {
     size_t a = h->k->accsize, bytes = h->count * a;
     for (int mask = 1; mask < h->p2; mask <<= 1) {
         int partner = h->v ^ mask;
-        sink s = { h->acc, h->k, a, partner < h->v };
-        SC_TRY(swap(h->c, real_rank(h, partner), h->acc, bytes, bytes, &s));
+        sink s = { h->acc, h->src, h->k, a, partner < h->v };
+        SC_TRY(swap(h->c, real_rank(h, partner), h->src, bytes, bytes, &s));
+        h->src = h->acc;
     }
     return SC_OK;
 }
@@ -119,8 +151,9 @@ static int halve(rhd *h)
         int keep_low = (h->v & mask) == 0;
         blocks(h, keep_low ? lo : mid, keep_low ? mid : hi, &koff, &klen);
         blocks(h, keep_low ? mid : lo, keep_low ? hi : mid, &soff, &slen);
-        sink s = { h->acc + koff * a, h->k, a, partner < h->v };
-        SC_TRY(swap(h->c, real_rank(h, partner), h->acc + soff * a, slen * a, klen * a, &s));
+        sink s = { h->acc + koff * a, h->src + koff * a, h->k, a, partner < h->v };
+        SC_TRY(swap(h->c, real_rank(h, partner), h->src + soff * a, slen * a, klen * a, &s));
+        h->src = h->acc;
         if (keep_low)
             hi = mid;
         else
@@ -137,7 +170,7 @@ static int gather_doubling(rhd *h, char *out, size_t elem)
         int partner = h->v ^ mask, base = h->v & ~(mask - 1), pbase = partner & ~(mask - 1);
         blocks(h, base, base + mask, &soff, &slen);
         blocks(h, pbase, pbase + mask, &koff, &klen);
-        sink s = { out + koff * elem, NULL, elem, 0 };
+        sink s = { out + koff * elem, NULL, NULL, elem, 0 };
         SC_TRY(swap(h->c, real_rank(h, partner), out + soff * elem, slen * elem, klen * elem, &s));
     }
     return SC_OK;
@@ -149,6 +182,7 @@ static int halving(rhd *h, char *out, int world)
 {
     size_t a = h->k->accsize, isz = h->k->itemsize, koff, klen;
     SC_TRY(halve(h));
+    settle(h);
     blocks(h, h->v, h->v + 1, &koff, &klen);
     if (h->k->finishes || h->acc != out)
         h->k->finish(out + koff * isz, h->acc + koff * a, klen, world);
@@ -215,12 +249,9 @@ int sc_rhd_reduce_scatter(sc_comm *c, const sc_args *a, const sc_kernels *k)
         return sit_out(c, k, a->x, a->out, h.count, a->count);
     if (!(h.acc = sc_wide(c, h.count * asz)))
         return no_memory(c);
-    k->first(h.acc, a->x, h.count);
-    if (c->rank < 2 * h.rem) {      /* merge the even neighbour's vector first */
-        sink s = { h.acc, k, asz, 1 };
-        SC_TRY(swap(c, c->rank - 1, NULL, 0, h.count * asz, &s));
-    }
+    SC_TRY(start(&h, a->x));
     SC_TRY(halve(&h));
+    settle(&h);
     blocks(&h, h.v, h.v + 1, &koff, &klen);
     if (c->rank < 2 * h.rem) {      /* our piece is the neighbour's block and ours */
         SC_TRY(put_converted(c, c->rank - 1, k, h.acc + koff * asz, a->count, 1, c->world));
@@ -266,18 +297,12 @@ int sc_rhd_allreduce(sc_comm *c, const sc_args *a, const sc_kernels *k)
     h.acc = isz == asz ? out : sc_wide(c, a->count * asz);
     if (!h.acc)
         return no_memory(c);
-    if (isz == asz && out != a->x)
-        memcpy(out, a->x, a->count * isz);
-    else if (isz != asz)
-        k->first(h.acc, a->x, a->count);
-    if (c->rank < 2 * h.rem) {      /* merge the even neighbour's vector first */
-        sink s = { h.acc, k, asz, 1 };
-        SC_TRY(swap(c, c->rank - 1, NULL, 0, a->count * asz, &s));
-    }
+    SC_TRY(start(&h, a->x));
     if (a->algo == SC_ALGO_RHD_HALVING) {
         SC_TRY(halving(&h, out, P));
     } else {
         SC_TRY(doubling(&h));
+        settle(&h);
         if (k->finishes || h.acc != out)
             k->finish(out, h.acc, a->count, P);
     }
