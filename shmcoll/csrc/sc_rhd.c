@@ -20,8 +20,9 @@
  * every rank computes the same bits.  Partial results travel in the accumulator
  * type; the vector being reduced lives in `out` (or, for float16/bfloat16, in a
  * float32 copy).  The first step reads our own operand straight from x, so an
- * out-of-place call never copies x into out first (a whole extra pass over M).  A swap sends chunk i then receives chunk i, so neither side is
- * ever more than one chunk ahead (nslots >= 2). */
+ * out-of-place call never copies x into out first (a whole extra pass over M).
+ * A swap sends chunk i then receives chunk i, so neither side is ever more than
+ * one chunk ahead (nslots >= 2). */
 #include <string.h>
 
 #include "sc_internal.h"

@@ -186,11 +186,11 @@ void sc_hold(sc_comm *c, uint64_t hold_ns, void (*release)(void *), void *arg)
     c->hold_ns = hold_ns;
 }
 
-/* A wait of this thread has lasted `waited` ns: past the hold, the caller's lock goes
+/* A wait of this thread has lasted past the hold: the caller's lock goes, once
  * (never on the progress thread, which holds none). */
-static inline void let_go(sc_comm *c, uint64_t waited)
+static inline void let_go(sc_comm *c)
 {
-    if (c->release && waited >= c->hold_ns && !sc_on_progress_thread) {
+    if (c->release && !sc_on_progress_thread) {
         void (*release)(void *) = c->release;
         c->release = NULL;
         release(c->release_arg);
@@ -211,7 +211,7 @@ static inline int hold_phase(sc_comm *c, sc_flag *f, uint64_t target, uint64_t s
         }
         *now = sc_now_ns();
     }
-    let_go(c, c->hold_ns);
+    let_go(c);
     return 0;
 }
 
@@ -304,7 +304,7 @@ int sc_wait_any(sc_comm *c, sc_flag *const *flags, const uint64_t *targets, cons
         if ((*waited = first_reached(flags, targets, n)) >= 0)
             return SC_OK;
         if (c->release && now - start >= (c->hold_ns < spin_ns ? c->hold_ns : spin_ns))
-            let_go(c, c->hold_ns);
+            let_go(c);
         if (now - start < spin_ns) {
             for (int i = 0; i < 64; i++)
                 cpu_relax();

@@ -171,8 +171,8 @@ int sc_run(sc_comm *c, const sc_args *a);
 /* The caller's lock (Python's GIL) kept through the first hold_ns of waiting of the
  * calls that follow: a wait still unmet then calls release(arg) first, once, on the
  * calling thread; sc_hold(c, 0, NULL, NULL) ends it.  Taking and dropping the GIL
- * costs about as much as a whole small exchange, and most small calls finish
- * before it would matter; a wait that lasts lets other threads run. */
+ * costs about a tenth of a small exchange, and most small calls finish before
+ * it would matter; a wait that lasts lets other threads run. */
 void sc_hold(sc_comm *c, uint64_t hold_ns, void (*release)(void *), void *arg);
 /* Whether sc_run implements (collective, algo). */
 int sc_implements(int collective, int algo);
