@@ -1,5 +1,6 @@
 """A rank killed in the middle of collectives: the survivors raise PeerLostError naming
-it within about two seconds (from its pid, not from the long timeout)."""
+it within about two seconds (from its pid, not from the long timeout).  A rank that
+closes right after its last call is not lost."""
 import re
 import secrets
 import signal
@@ -9,7 +10,7 @@ import pytest
 
 import shmcoll
 from procs import cleaned_up, rank_env, spawn
-from workers import kill_self_on
+from workers import kill_self_on, late_calls_then_close
 
 
 def start(rank, world, job, count, *mode):
@@ -62,3 +63,15 @@ def test_launch_names_the_killed_rank_and_its_signal():
         shmcoll.launch(kill_self_on, 3, args=(2,))
     assert list(info.value.failures) == [2]
     assert "SIGKILL" in info.value.failures[2]
+
+
+@pytest.mark.parametrize("collective", ["barrier", "allreduce"])
+def test_a_peer_that_closes_right_after_its_last_call_is_not_lost(collective):
+    """A rank asleep in its last call may find a peer already through that call and
+    closed: what the peer wrote before closing counts, it is not PeerLostError.  Under
+    load (a busy thread per rank, 4 ranks on few cores) the waker is often preempted
+    between its look at the flag and at the peer's state; a few jobs hit that."""
+    P = 4
+    expected = None if collective == "barrier" else [P * (P + 1) / 2] * 2
+    for _ in range(3):
+        assert shmcoll.launch(late_calls_then_close, P, args=(collective, 8, 0.02)) == [expected] * P

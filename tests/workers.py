@@ -190,13 +190,36 @@ def other_thread_runs_while_waiting(comm, sleeper, seconds):
             before = ticks[0]
             call()
             counts.append(ticks[0] - before)
-        # not a barrier last: a rank still asleep in a barrier can find its peer,
-        # already through it, closed and report PeerLostError (open bug)
-        comm.allreduce(x)
     finally:
         stop.set()
         counter.join()
     return baseline, counts
+
+
+def late_calls_then_close(comm, collective, rounds, late):
+    """`rounds` calls of `collective` (barrier or a small allreduce), each with one
+    rank, in turn, `late` seconds late, while a second thread of every rank keeps the
+    cores busy; then the rank returns and closes at once.  The peers still waking
+    from their last call find it closed: they must count what it wrote before."""
+    import threading
+    stop = threading.Event()
+
+    def keep_a_core_busy():
+        while not stop.is_set():
+            pass
+
+    x = np.full(2, comm.rank + 1.0, np.float32)
+    busy = threading.Thread(target=keep_a_core_busy)
+    busy.start()
+    try:
+        for i in range(rounds):
+            if comm.rank == i % comm.world_size:
+                time.sleep(late)
+            y = comm.barrier() if collective == "barrier" else comm.allreduce(x)
+    finally:
+        stop.set()
+        busy.join()
+    return y if y is None else y.tolist()
 
 
 def allreduce_loop(comm, count, iters):

@@ -124,8 +124,15 @@ static uint64_t deadline_of(uint64_t start, double timeout_s)
     return start + (uint64_t)(timeout_s * 1e9);
 }
 
-/* Why a wait must give up now (SC_OK: it may go on). */
-static int give_up(sc_comm *c, int peer, const char *what)
+static inline int reached(sc_flag *f, uint64_t target, uint64_t *seen)
+{
+    uint64_t v = atomic_load_explicit(&f->value, memory_order_acquire);
+    *seen = v;
+    return v >= target;
+}
+
+/* Why a wait on `peer`'s flag f (for target) must give up now (SC_OK: it may go on). */
+static int give_up(sc_comm *c, sc_flag *f, uint64_t target, int peer, const char *what)
 {
     uint64_t reason = atomic_load_explicit(&c->hdr->abort.value, memory_order_acquire);
     if (reason == SC_ABORT_MISMATCH)
@@ -141,20 +148,18 @@ static int give_up(sc_comm *c, int peer, const char *what)
         return fail(c, SC_EINTR, peer, what);
     if (atomic_load_explicit(&c->closing, memory_order_acquire))
         return fail(c, SC_ECLOSED, peer, what);
-    if (peer_gone(c, peer)) {
+    uint64_t v;
+    /* A peer that wrote the flag and then left is not lost: it may have finished its
+     * last call and closed between our look at the flag and at its state.  Its state
+     * is stored after its last write (release) and read here first (acquire), so the
+     * flag read after it sees that write. */
+    if (peer_gone(c, peer) && !reached(f, target, &v)) {
         /* Ranks waiting on someone else would otherwise blame whoever
          * gives up next; the job is aborted naming the rank that is gone. */
         sc_abort_failed(c->hdr, peer);
         return fail(c, SC_EPEERLOST, peer, what);
     }
     return SC_OK;
-}
-
-static inline int reached(sc_flag *f, uint64_t target, uint64_t *seen)
-{
-    uint64_t v = atomic_load_explicit(&f->value, memory_order_acquire);
-    *seen = v;
-    return v >= target;
 }
 
 /* The busy phases of a wait that started at `start`: spin, then yield, until the flag
@@ -246,7 +251,7 @@ int sc_wait_ge(sc_comm *c, sc_flag *f, uint64_t target, int peer, const char *wh
     for (;;) {
         if (sleep_once(f, target, SLEEP_SLICE_NS, &v))
             goto done;
-        SC_TRY(give_up(c, peer, what));
+        SC_TRY(give_up(c, f, target, peer, what));
         if (sc_now_ns() >= deadline)
             return fail(c, SC_ETIMEDOUT, peer, what);
     }
@@ -319,7 +324,7 @@ int sc_wait_any(sc_comm *c, sc_flag *const *flags, const uint64_t *targets, cons
                 return SC_OK;
             }
             for (int j = 0; j < n; j++)
-                SC_TRY(give_up(c, peers[j], what));
+                SC_TRY(give_up(c, flags[j], targets[j], peers[j], what));
             if (sc_now_ns() >= deadline)
                 return fail(c, SC_ETIMEDOUT, peers[0], what);
         }
