@@ -550,7 +550,18 @@ def _shared_cores(costs, world):
     return (per_read * max(1.0, world / max(1, job_cpus())), ratio * max(1, world - 1))
 
 
-def _join(seg, name, rank, world, token, params, grace=0.0):
+def _join_settings():
+    """The settings a joining rank reads: (SHMCOLL_ALGO's rules, whether SHMCOLL_CMA
+    allows cross-memory attach).  Read before the segment is created or opened, so
+    that a bad value fails without leaving a segment name behind."""
+    rules = selector.parse_overrides(get("SHMCOLL_ALGO"))
+    cma = get("SHMCOLL_CMA").strip().lower()
+    if cma not in ("auto", "off"):
+        raise ValueError(f"SHMCOLL_CMA must be 'auto' or 'off', got {cma!r}")
+    return rules, cma == "auto"
+
+
+def _join(seg, name, rank, world, token, params, settings, grace=0.0):
     """Attach to a mapped segment, wait for every rank, then unlink the name.
 
     With a grace (join mode without a launch instance id) the name stays visible that
@@ -558,11 +569,7 @@ def _join(seg, name, rank, world, token, params, grace=0.0):
     under the same name meanwhile (a second rank 0, a rank already taken) refuses
     this one on every rank before any rank returns, rather than let two launches form
     jobs out of each other's ranks."""
-    rules = selector.parse_overrides(get("SHMCOLL_ALGO"))
-    cma = get("SHMCOLL_CMA").strip().lower()
-    if cma not in ("auto", "off"):
-        raise ValueError(f"SHMCOLL_CMA must be 'auto' or 'off', got {cma!r}")
-    cma_allowed = cma == "auto"
+    rules, cma_allowed = settings
     engine = _engine.Engine(seg, rank, world, token, params)
     try:
         if engine.completed_attach and not grace:
@@ -585,10 +592,11 @@ def _join(seg, name, rank, world, token, params, grace=0.0):
 
 def attach(name, rank, world, token, params):
     """Launch mode: the segment already exists (created by the launcher)."""
+    settings = _join_settings()
     seg = segment.open_existing(name)
     if seg is None:
         raise SegmentError(f"the job's shared segment {name} does not exist")
-    return _join(seg, name, rank, world, token, params)
+    return _join(seg, name, rank, world, token, params, settings)
 
 
 def init(rank: Optional[int] = None, world_size: Optional[int] = None, job: Optional[str] = None,
@@ -643,6 +651,7 @@ def join(rank: int, world_size: int, job: str, instance: Optional[str],
     if bind is not None:
         from shmcoll._core import topology
         topology.bind_self(topology.placement(topology.discover(), world_size, bind)[rank])
+    settings = _join_settings()
     name, token = segment.job_identity(job, instance)
     grace = 0.0 if instance is not None or world_size == 1 else get("SHMCOLL_JOIN_GRACE")
     if rank == 0:
@@ -651,4 +660,4 @@ def join(rank: int, world_size: int, job: str, instance: Optional[str],
         # a world size other than the job's is refused by the attach, which tells
         # every rank of the job at once
         seg = segment.wait_for_job(name, params.timeout)
-    return _join(seg, name, rank, world_size, token, params, grace)
+    return _join(seg, name, rank, world_size, token, params, settings, grace)

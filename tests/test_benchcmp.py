@@ -92,7 +92,7 @@ def test_bench_ab_exit_status_and_report_follow_the_flags(tmp_path, monkeypatch,
     timings = {"allreduce-auto-4096B-2": (1.0, 1.5), "allreduce-ring-4096B-2": (1.0, 1.0)}
 
     class Side:
-        def __init__(self, world, python, env):
+        def __init__(self, name, world, python, env):
             self.side = 1 if env.get("SHMCOLL_ALGO") else 0
 
         def time(self, request):
@@ -130,6 +130,17 @@ def test_bench_ab_runs_two_live_sides(tmp_path):
     assert results["allreduce-auto-4096B-3"]["b"] == "naive"
     assert results["allreduce-ring-4096B-3"]["a"] == results["allreduce-ring-4096B-3"]["b"] == "ring"
     assert all(len(r["pairs"]) == 2 and r["ratio"] > 0 for r in results.values())
+
+
+def test_bench_ab_reports_a_side_that_fails_to_start_at_once():
+    """A side that cannot start (here: a setting its ranks refuse) ends the run with
+    the reason, instead of leaving the driver waiting out its mirrors' join timeout."""
+    from procs import run
+    res = run("-m", "shmcoll", "bench-ab", "-np", "2", "--collectives", "allreduce",
+              "--sizes", "8", "--pairs", "1", "--a-env", "SHMCOLL_TIMEOUT=600",
+              "--b-env", "SHMCOLL_ALGO=allreduce:nosuch", "SHMCOLL_TIMEOUT=600", timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert "side B exited" in res.stderr and "nosuch" in res.stderr
 
 
 def test_bench_ab_refuses_bad_settings():

@@ -65,6 +65,19 @@ def test_init_argument_errors():
         shmcoll.init(rank=0, world_size=0, job="x")
 
 
+@pytest.mark.parametrize("name,value", [("SHMCOLL_ALGO", "allreduce:bogus"),
+                                        ("SHMCOLL_CMA", "sometimes")])
+def test_a_bad_setting_fails_before_rank_zero_creates_the_segment(monkeypatch, name, value):
+    """Rank 0 would otherwise leave the job's segment name behind, and its peers
+    waiting for a job that never forms."""
+    monkeypatch.setenv(name, value)
+    job = "bad-setting-" + secrets.token_hex(4)
+    before = set(segment.list_entries())
+    with pytest.raises(ValueError, match=name):
+        shmcoll.init(rank=0, world_size=2, job=job, timeout=5)
+    assert set(segment.list_entries()) == before
+
+
 def test_single_process_job_in_this_process():
     with shmcoll.init(rank=0, world_size=1, job="solo-" + secrets.token_hex(4)) as comm:
         assert comm.allreduce([1.0, 2.0]).tolist() == [1.0, 2.0]

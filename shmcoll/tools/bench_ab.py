@@ -19,6 +19,7 @@ processes joined by name, as in the pytest-benchmark suite.
 import json
 import os
 import secrets
+import signal
 import subprocess
 import sys
 
@@ -46,7 +47,17 @@ def serve(world):
     job = "ab-" + secrets.token_hex(8)
     mirrors = start_mirrors(world, job)
     pin(0)
-    comm = shmcoll.init(rank=0, world_size=world, job=job)
+    try:
+        comm = shmcoll.init(rank=0, world_size=world, job=job)
+    except BaseException:
+        # The mirrors would wait the whole join timeout for this rank, holding the
+        # driver's pipe (their stdout) open: the driver would hear of it only then.
+        # Interrupted (not killed), the one that created the job's segment unlinks it.
+        for m in mirrors:
+            m.send_signal(signal.SIGINT)
+        for m in mirrors:
+            m.wait(60)
+        raise
     try:
         for line in sys.stdin:
             req = json.loads(line)
@@ -67,20 +78,29 @@ def serve(world):
 
 # -- the driver -------------------------------------------------------------------------
 
+class SideExited(RuntimeError):
+    """A side's server ended before answering (it failed to start or crashed)."""
+
+
 class Side:
     """One side of the comparison: a server process and its mirrors."""
 
-    def __init__(self, world, python, env):
+    def __init__(self, name, world, python, env):
+        self.name = name
         self.proc = subprocess.Popen([python, "-c", _SERVE, "--serve", str(world)],
                                      env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      text=True)
 
     def time(self, request):
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
+        try:
+            self.proc.stdin.write(json.dumps(request) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except BrokenPipeError:
+            line = ""
         if not line:
-            raise RuntimeError(f"a benchmark side exited (status {self.proc.wait()})")
+            raise SideExited(f"side {self.name} exited (status {self.proc.wait()}); "
+                             f"its error is above")
         return json.loads(line)
 
     def close(self):
@@ -167,7 +187,8 @@ def main(argv):
     results = {}
     print(f"{'benchmark':<40} {'A':<22} {'B':<22} {'B/A':>7}  pairs (B/A)")
     for world in opts.worlds:
-        sides = [Side(world, opts.a_python, envs[0]), Side(world, opts.b_python, envs[1])]
+        sides = [Side("A", world, opts.a_python, envs[0]),
+                 Side("B", world, opts.b_python, envs[1])]
         try:
             for case in suite([world], sizes, opts.collectives):
                 (ratio, ratios, algo_a, algo_b), = compare([case], sides, opts.pairs).values()
@@ -177,6 +198,9 @@ def main(argv):
                 spread = " ".join(f"{r:.2f}" for r in ratios)
                 print(f"{name:<40} {algo_a:<22} {algo_b:<22} {ratio:>7.3f}  {spread}{flag}",
                       flush=True)
+        except SideExited as e:
+            print(f"shmcoll bench-ab: {e}", file=sys.stderr)
+            return 2
         finally:
             for s in sides:
                 s.close()
