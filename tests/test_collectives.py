@@ -7,7 +7,7 @@ import pytest
 
 from reference import (ALL_DTYPES, FLOAT_DTYPES, bitwise_equal, expected_result, ops_for,
                        dtype_of)
-from workers import run_cases, float_sum_random
+from workers import run_cases, float_sum_random, random_allreduce_every_way
 from shmcoll._core.settings import SETTINGS
 from shmcoll.collectives import NAMES, REDUCING, ROOTED
 from shmcoll.tuning.selector import algorithms_for
@@ -110,6 +110,26 @@ def test_random_floats_match_numpy_up_to_order(pools, P, dt):
     for _, got in results:
         np.testing.assert_allclose(got.astype(np.float64), want, rtol=rtol, atol=rtol * 4)
         assert bitwise_equal(got, results[0][1])
+
+
+@pytest.mark.parametrize("P", [2, 3, 4])
+@pytest.mark.parametrize("algo", algorithms_for("allreduce"))
+@pytest.mark.parametrize("op", ["sum", "max", "avg"])
+@pytest.mark.parametrize("count", [1001, LONG])     # one chunk; several, uneven blocks
+def test_random_floats_give_every_rank_the_same_bits_in_place_too(pools, P, algo, op, count):
+    """Where the order of a sum changes its bits, every rank must still get the same
+    bits, in place as out of place (a schedule may take another path on a rank whose
+    x is its output), and both must be the same reduction."""
+    results = pools(P).run(random_allreduce_every_way, count, "float32", op, algo, 5)
+    xs = np.stack([x for x, _, _ in results]).astype(np.float64)
+    want = {"sum": xs.sum(0), "max": xs.max(0), "avg": xs.mean(0)}[op]
+    for _, apart, inplace in results:
+        np.testing.assert_allclose(apart, want, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(inplace, want, rtol=1e-5, atol=1e-5)
+        assert bitwise_equal(apart, results[0][1])
+        assert bitwise_equal(inplace, results[0][2])
+    if algo == "direct":    # rank order in and out of place
+        assert bitwise_equal(results[0][2], results[0][1])
 
 
 def test_nan_propagates_through_min_and_max(pools):

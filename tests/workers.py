@@ -107,6 +107,17 @@ def float_sum_random(comm, count, dtype_name, seed):
     return x, comm.allreduce(x)
 
 
+def random_allreduce_every_way(comm, count, dtype_name, op, algo, seed):
+    """One allreduce of random floats (where summation order changes the bits) out
+    of place, then in place: (x, out of place, in place)."""
+    rng = np.random.default_rng([seed, comm.rank])
+    x = rng.standard_normal(count).astype(dtype_name)
+    apart = comm.allreduce(x, op=op, algo=algo)
+    inplace = x.copy()
+    comm.allreduce(inplace, out=inplace, op=op, algo=algo)
+    return x, apart, inplace
+
+
 def _read_only_out():
     ro = np.zeros(8, np.float32)
     ro.flags.writeable = False

@@ -39,15 +39,25 @@ static void release_source(sc_comm *c, int q)
 /* dst = x_0 (+) x_1 (+) ... (+) x_{P-1} for one chunk, own = our x_rank.  Where
  * x_0 already has the accumulator type it is the first accumulator itself (held
  * until the next step has read it), saving a pass over the chunk: at P = 2 the
- * whole reduction is one pass.  Not where x_0 is dst (rank 0 in place): `last`
- * may not write over its accumulator. */
+ * whole reduction is one pass.  Where x_0 is dst (rank 0 in place) `last` may not
+ * write over its accumulator; there dst is merged into in place, as long as
+ * nothing is left to finish (same arithmetic, same order: same bits on every rank). */
 static int reduce_in_rank_order(sc_comm *c, const sc_kernels *k, const char *own, char *dst, size_t n)
 {
     int P = c->world, held = 0;
     const void *src, *acc;
     char *bufs[2] = { c->scratch, c->scratch + c->slot_bytes };
     SC_TRY(acquire_source(c, 0, own, &src));
-    if (k->itemsize == k->accsize && src != (const void *)dst) {
+    int same_type = k->itemsize == k->accsize;
+    if (same_type && src == (const void *)dst && !k->finishes) {
+        for (int q = 1; q < P; q++) {
+            SC_TRY(acquire_source(c, q, own, &src));
+            k->combine(dst, dst, src, n);
+            release_source(c, q);
+        }
+        return SC_OK;
+    }
+    if (same_type && src != (const void *)dst) {
         acc = src, held = 1;
     } else {
         k->first(bufs[0], src, n);
