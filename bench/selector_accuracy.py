@@ -2,7 +2,8 @@
 
 For each world size, collective and message size, every algorithm and `auto` are timed
 between live ranks in interleaved rounds (one call batch per algorithm per round, so a
-slow stretch of the machine hits all of them), and the medians are compared:
+slow stretch of the machine hits all of them; the order turns from round to round), and
+the medians are compared:
 
   * auto / fastest: how much slower the automatic choice is than the best fixed one;
   * the measured tree/ring crossover (the first size from which ring stays faster)
@@ -30,6 +31,17 @@ def _calls_for(seconds_once, budget):
     return int(max(2, min(1000, budget / max(seconds_once, 1e-7))))
 
 
+def _round_order(algos, k):
+    """Round k's order: rotated by k, reversed every other round.  Where ranks
+    outnumber cores a batch's time depends on the one before it, so no algorithm may
+    always follow the same one: in a fixed order, at P=4 on 2 cores, `auto` once
+    measured 1.27x the very schedule it ran, and direct AllGather 0.8x rhd where
+    `shmcoll bench-ab`'s alternating pairs put it at 1.1x."""
+    k_ = k % len(algos)
+    order = algos[k_:] + algos[:k_]
+    return order[::-1] if k % 2 else order
+
+
 def measure(comm, collectives, sizes, rounds, budget):
     """Every rank: {(collective, nbytes): {algo: [seconds per round]}} and what auto ran."""
     results, chosen = {}, {}
@@ -44,9 +56,9 @@ def measure(comm, collectives, sizes, rounds, budget):
                 seconds = time_calls(comm, call, 1, 1)
                 iters[a] = _calls_for(seconds, budget)
             times = {a: [] for a in algos}
-            for _ in range(rounds):
-                for a, call in calls.items():
-                    times[a].append(time_calls(comm, call, iters[a], 1))
+            for k in range(rounds):
+                for a in _round_order(algos, k):
+                    times[a].append(time_calls(comm, calls[a], iters[a], 1))
             key = (coll, cases["auto"].nbytes)
             results[key] = times
             chosen[key] = comm.algorithm_for(coll, cases["auto"].nbytes)

@@ -131,3 +131,17 @@ def test_perf_mpi_prints_the_table_for_every_composition():
     assert len(rows) == 3 * 3                        # 8 B, 512 B, 32 KiB per composition
     assert all(row[8] == "0" and row[12] == "0" for row in rows)   # #wrong
     assert "auto picks" in out
+
+
+def test_the_mpi_comparison_benchmark_times_every_collective_correctly():
+    """bench/mpi_collectives.py, which `shmcoll perf` is compared with, runs under a
+    real mpiexec and checks the results it times."""
+    script = os.path.join(os.path.dirname(procs.HERE), "bench", "mpi_collectives.py")
+    res = subprocess.run([MPIEXEC, "-n", "2", sys.executable, script, "--sizes", "8,4K"],
+                         capture_output=True, text=True, timeout=300, env=procs.python_env())
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = lines_of(res)
+    assert sorted((r["collective"], r["bytes"]) for r in rows) == sorted(
+        (c, n) for c in ("broadcast", "allgather", "reduce_scatter", "allreduce")
+        for n in (8, 4096))
+    assert all(r["ok"] and r["P"] == 2 and r["time_us"] > 0 for r in rows), rows
