@@ -134,6 +134,24 @@ def test_calibrate_dry_run_fits_and_prints_decisions(tmp_path):
     assert not (tmp_path / "cal.json").exists()
 
 
+def test_calibrate_pools_runs_by_the_median_of_each_point():
+    from shmcoll.tools.calibrate import pooled
+    runs = [[("allreduce", "ring", "ring", 64, t), ("allreduce", "rhd", "doubling", 64, 2.0)]
+            for t in (1.0, 9.0, 3.0)]
+    assert sorted(pooled(runs)) == [("allreduce", "rhd", "doubling", 64, 2.0),
+                                    ("allreduce", "ring", "ring", 64, 3.0)]
+
+
+def test_calibrate_with_runs_saves_the_pooled_fit(tmp_path):
+    res = run("-m", "shmcoll", "calibrate", "-np", "2", "--quick", "--runs", "2", timeout=600,
+              SHMCOLL_CALIBRATION=str(tmp_path / "cal.json"))
+    assert res.returncode == 0, res.stderr
+    assert "2 runs" in res.stdout and "saved to" in res.stdout
+    (entry,) = json.loads((tmp_path / "cal.json").read_text())["machines"].values()
+    assert entry["2"]["runs"] == 2 and "allreduce" in entry["2"]["collectives"]
+    assert run("-m", "shmcoll", "calibrate", "--runs", "0").returncode == 2
+
+
 def test_info_prints_calibration_and_decisions_in_the_override_grammar(tmp_path):
     from shmcoll.tuning import selector
     res = run_cli("info", "-np", "3")

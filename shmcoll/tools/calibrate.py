@@ -1,8 +1,8 @@
 """`shmcoll calibrate`: measure the cost model's α, o, β, γ on this machine.
 
 For one world size, every (collective, algorithm) pair runs at a few sizes from
-64 B to 8 MiB between live ranks (the timing core of `shmcoll perf`, median of
-three timings).  Each measurement is a row of the schedule's cost terms (steps,
+64 B to 64 MiB between live ranks (the timing core of `shmcoll perf`, median of
+three timings; with --runs N, the median of N such runs a few seconds apart).  Each measurement is a row of the schedule's cost terms (steps,
 messages, bytes copied, bytes reduced, one setup column per algorithm) and its
 time.  Each collective gets its own fit — the non-negative least-squares fit of time
 against terms, weighted by 1/time so that a 64-byte call counts as much as an
@@ -23,9 +23,12 @@ from shmcoll.tuning.algorithms.terms import CostModel, Models
 
 HELP = "measure the cost model's parameters on this machine"
 
-SIZES = (64, 1 << 10, 16 << 10, 256 << 10, 2 << 20, 16 << 20)   # >= 64 B: no empty blocks
+# >= 64 B: no empty blocks; up to 64 MiB, where footprints outgrow the caches and
+# schedules that tie at 16 MiB part (measured: 1.15x at 4 ranks on 2 cores)
+SIZES = (64, 1 << 10, 16 << 10, 256 << 10, 2 << 20, 16 << 20, 64 << 20)
 QUICK_SIZES = (64, 16 << 10, 1 << 20)
 REPEATS = 3       # timings per point; the median is kept (a 2-core VM is bimodal)
+RUN_GAP_S = 5.0   # between runs of --runs
 
 
 def _pairs(device):
@@ -119,6 +122,19 @@ def _nnls(a, b, tol=1e-12):
     return x
 
 
+def pooled(runs_of_rows):
+    """One row per point from several runs of measure(): the median of its times.  A
+    run's timings of a point lie within seconds of each other; where the machine
+    switches between modes for longer than that (4 ranks on 2 cores: a ring AllReduce
+    of 1 MiB took 104 to 362 us from one run to the next, rhd 123 to 160) only
+    separate runs see both."""
+    times = {}
+    for rows in runs_of_rows:
+        for coll, name, variant, nbytes, seconds in rows:
+            times.setdefault((coll, name, variant, nbytes), []).append(seconds)
+    return [key + (float(np.median(t)),) for key, t in times.items()]
+
+
 def fit_all(rows, world):
     """{collective: (CostModel, rms relative error)} from measure()'s rows."""
     return {coll: fit([r for r in rows if r[0] == coll], world)
@@ -140,6 +156,9 @@ def main(argv):
                    help="world sizes to calibrate (default: 2 4)")
     p.add_argument("--quick", action="store_true", help="fewer sizes and shorter timings")
     p.add_argument("--dry-run", action="store_true", help="measure and print, do not save")
+    p.add_argument("--runs", type=int, default=1,
+                   help="measure N times, a few seconds apart, and fit the median of each "
+                        "point (for machines whose speed switches between modes)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cuda: calibrate the GPU path (device arrays; stored per GPU)")
     opts = p.parse_args(argv)
@@ -157,9 +176,18 @@ def main(argv):
             p.error(f"--device cuda: {e}")
     sizes = QUICK_SIZES if opts.quick else SIZES
     budget = 0.02 if opts.quick else 0.1
+    if opts.runs < 1:
+        p.error("--runs must be >= 1")
     for world in opts.worlds:
-        print(f"# calibrating {world} ranks ({len(sizes)} sizes per algorithm)...", flush=True)
-        rows, gpu = launch(calibrate_worker, world, args=(sizes, budget, device))[0]
+        print(f"# calibrating {world} ranks ({len(sizes)} sizes per algorithm"
+              f"{f', {opts.runs} runs' if opts.runs > 1 else ''})...", flush=True)
+        runs = []
+        for i in range(opts.runs):
+            if i:
+                time.sleep(RUN_GAP_S)
+            rows, gpu = launch(calibrate_worker, world, args=(sizes, budget, device))[0]
+            runs.append(rows)
+        rows = pooled(runs)
         fits = fit_all(rows, world)
         print(f"  {'collective':<15} {'alpha us':>8} {'o us':>6} {'beta GB/s':>9} "
               f"{'gamma GB/s':>10} {'rms err':>7}  setup us")
@@ -171,7 +199,8 @@ def main(argv):
         models = Models(base.default, tuple(sorted((c, m) for c, (m, _) in fits.items())))
         print(f"  decisions: {selector.describe(world, models, variants=variants)}")
         if not opts.dry_run:
-            path = calibration.save(world, fits, {"measurements": len(rows)}, device=gpu)
+            path = calibration.save(world, fits, {"measurements": len(rows), "runs": opts.runs},
+                                    device=gpu)
             print(f"  saved to {path}")
     return 0
 
