@@ -647,11 +647,11 @@ def join(rank: int, world_size: int, job: str, instance: Optional[str],
         raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
     if not job:
         raise ValueError("job name must not be empty")
+    settings = _join_settings()
     params = EngineParams.from_env(machine_ranks or world_size, timeout)
     if bind is not None:
         from shmcoll._core import topology
         topology.bind_self(topology.placement(topology.discover(), world_size, bind)[rank])
-    settings = _join_settings()
     name, token = segment.job_identity(job, instance)
     grace = 0.0 if instance is not None or world_size == 1 else get("SHMCOLL_JOIN_GRACE")
     if rank == 0:

@@ -2,13 +2,14 @@
 
 For one world size, every (collective, algorithm) pair runs at a few sizes from
 64 B to 64 MiB between live ranks (the timing core of `shmcoll perf`, median of
-three timings; with --runs N, the median of N such runs a few seconds apart).  Each measurement is a row of the schedule's cost terms (steps,
-messages, bytes copied, bytes reduced, one setup column per algorithm) and its
-time.  Each collective gets its own fit — the non-negative least-squares fit of time
-against terms, weighted by 1/time so that a 64-byte call counts as much as an
-8 MiB one — because what decides between its algorithms is how they compare on its
-own traffic pattern.  The fits are stored per (machine, world size) in the
-calibration file (shmcoll.tuning.calibration) and used by every communicator of that size.
+three timings; with --runs N, the median of N such runs a few seconds apart).  Each
+measurement is a row of the schedule's cost terms (steps, messages, bytes copied,
+bytes reduced, one setup column per algorithm) and its time.  Each collective gets
+its own fit — the non-negative least-squares fit of time against terms, weighted by
+1/time so that a 64-byte call counts as much as a 64 MiB one — because what decides
+between its algorithms is how they compare on its own traffic pattern.  The fits are
+stored per (machine, world size) in the calibration file (shmcoll.tuning.calibration)
+and used by every communicator of that size.
 """
 import argparse
 import time
