@@ -185,6 +185,19 @@ class Communicator:
             return self._symmetric_deciders()[symmetric].label(collective, nbytes, algo)
         return self._decider(device).label(collective, nbytes, algo)
 
+    def calls_until_settled(self, collective: str, nbytes: int, algo: Optional[str] = None,
+                            device: bool = False, symmetric: Optional[str] = None) -> int:
+        """Blocking calls of this size (arguments as algorithm_for) still to make before
+        what it runs is final: while a trial settles its size class (tuning.trials),
+        its first calls run the candidates in turn.  0 where none runs or it settled.
+        A benchmark warms up with this many calls more, or it times the candidates."""
+        if symmetric is not None:
+            self.algorithm_for(collective, nbytes, algo, symmetric=symmetric)   # validates
+            decider = self._symmetric_deciders()[symmetric]
+        else:
+            decider = self._decider(device)
+        return decider.calls_until_settled(collective, nbytes, algo)
+
     def _decider(self, device=False):
         """The Decider of the CPU engine or (device=True) of the GPU path."""
         return self._device().decider if device else self._engine.decider

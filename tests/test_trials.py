@@ -37,6 +37,27 @@ def test_a_trial_runs_each_candidate_in_turn_and_the_fastest_wins():
     assert t.settle([2.5, 1.5]) == "direct"
 
 
+def test_calls_left_count_down_to_the_call_that_settles():
+    t = trials.Trial(["ring", "direct", "rhd"])
+    total = 3 * trials.BLOCK * trials.PASSES
+    assert t.calls_left == total + 1
+    while not t.measured:
+        t.observe(1.0)
+    assert t.calls_left == 1            # the next call agrees on the winner
+    t.settle([2.0, 1.0, 3.0])
+    assert t.calls_left == 0
+
+
+def test_a_benchmark_knows_how_many_calls_auto_still_tries(pools):
+    """Communicator.calls_until_settled: one less after each call, 0 once the winner
+    serves the size (where trials run at all; 0 throughout where they do not)."""
+    for counts in pools(2).run(tw.count_down):
+        for n, left in counts.items():
+            assert left == list(range(left[0], -1, -1)), (n, left)
+        if 2 <= job_cpus():
+            assert any(left[0] > 0 for left in counts.values()), counts
+
+
 @pytest.mark.parametrize("P", [2, 3])
 def test_every_rank_settles_on_the_same_schedule(pools, P):
     """Trials where every rank has a CPU of its own; the model alone where ranks

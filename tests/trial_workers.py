@@ -49,3 +49,16 @@ def untried(comm, mode):
     finally:
         child.close()
         os.environ.pop("SHMCOLL_TUNE")
+
+
+def count_down(comm):
+    """{nbytes: [calls_until_settled before each blocking call, until it is 0]}."""
+    out = {}
+    for n in SIZES:
+        x = np.full(n // 4, comm.rank + 1, np.float32)
+        left = [comm.calls_until_settled("allreduce", n)]
+        while left[-1] and len(left) < 100:
+            comm.allreduce(x)
+            left.append(comm.calls_until_settled("allreduce", n))
+        out[n] = left
+    return out

@@ -69,6 +69,13 @@ class Decider:
             decision = self.decide(collective, nbytes, trial.winner)
         return decision.candidate.label
 
+    def calls_until_settled(self, collective: str, nbytes: int, algo: Optional[str] = None) -> int:
+        """Blocking calls of this size before what it runs is final: what its size
+        class's trial still needs (0 where none runs or it has settled)."""
+        decision = self.decide(collective, nbytes, algo)
+        trial = self._trial(collective, nbytes, algo, decision)
+        return trial.calls_left if trial is not None else 0
+
     def code(self, collective: str, nbytes: int, algo: Optional[str],
              blocking: bool = True) -> int:
         """The schedule code of a call (see choose)."""

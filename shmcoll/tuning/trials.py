@@ -56,6 +56,14 @@ class Trial:
     def measured(self) -> bool:
         return self.calls >= len(self.candidates) * BLOCK * PASSES
 
+    @property
+    def calls_left(self) -> int:
+        """Blocking calls before the winner serves the class: the candidates' runs
+        still to make, and the call that settles (its agreement adds a small AllReduce)."""
+        if self.winner:
+            return 0
+        return len(self.candidates) * BLOCK * PASSES - self.calls + 1
+
     def observe(self, seconds: float) -> None:
         """The call of `current` took `seconds` on this rank (a run's first is not timed)."""
         if self.calls % BLOCK:
