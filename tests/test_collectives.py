@@ -167,6 +167,19 @@ def test_small_slots_stress_pipeline(monkeypatch):
             assert bitwise_equal(per_rank[rank][i], expected_result(case, P, rank)), (case, rank)
 
 
+@pytest.mark.parametrize("P", [3, 4])
+def test_fanned_out_chunks_wait_for_their_slowest_reader(monkeypatch, P):
+    """Direct schedules write what every peer gets once, where every peer reads it
+    (sc_put_all): many chunks through two 256-byte slots, a late rank every few calls."""
+    import shmcoll
+    from workers import fanned_out_calls
+    monkeypatch.setenv("SHMCOLL_SLOT_BYTES", "256")
+    monkeypatch.setenv("SHMCOLL_SLOTS", "2")
+    for wrong, ran in shmcoll.launch(fanned_out_calls, P, args=((1, 33, 1001, 100_003), 12)):
+        assert wrong == 0
+        assert ran == {"direct (one-shot)", "direct (two-shot)"}, ran
+
+
 def test_dtype_of_results_is_preserved(pools):
     res = pools(2).run(run_cases, [("allreduce", (4,), dt, "sum", False) for dt in ALL_DTYPES])
     assert [r.dtype for r in res[0]] == [dtype_of(dt) for dt in ALL_DTYPES]

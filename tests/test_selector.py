@@ -44,9 +44,14 @@ def test_binomial_tree_allreduce_matches_the_issue_formula():
 
 
 def test_direct_one_shot_and_two_shot():
+    # what every peer gets alike is written once (fan-out): one-shot copies n in and
+    # 3n out, two-shot 3 blocks in and 3 out for its ReduceScatter, 1 in and 3 out after
     s = seconds(direct, "allreduce", 4, 1e3)
-    assert s["one-shot"] == pytest.approx(1e-6 + 6e3 * 1e-9 + 3e3 * 0.5e-9)
-    assert s["two-shot"] == pytest.approx(2e-6 + 3e3 * 1e-9 + 750 * 0.5e-9)
+    assert s["one-shot"] == pytest.approx(1e-6 + 4e3 * 1e-9 + 3e3 * 0.5e-9)
+    assert s["two-shot"] == pytest.approx(2e-6 + 2.5e3 * 1e-9 + 750 * 0.5e-9)
+    assert seconds(direct, "allgather", 4, 4e3)["direct"] == pytest.approx(1e-6 + 4e3 * 1e-9)
+    two = seconds(direct, "allreduce", 2, 1e3)     # one peer: as without fan-out
+    assert two["one-shot"] == pytest.approx(1e-6 + 2e3 * 1e-9 + 1e3 * 0.5e-9)
     assert seconds(direct, "broadcast", 4, 1e3)["star"] == pytest.approx(1e-6 + 3e-6)
     assert seconds(direct, "scatter", 4, 4e3)["star"] == pytest.approx(1e-6 + 3e-6)
 

@@ -775,3 +775,24 @@ def run_case_symmetric(comm, symmetric_out, collective, shape, dtype_name, op, i
 
 def run_cases_symmetric(comm, cases, symmetric_outs):
     return [run_case_symmetric(comm, so, *case) for case, so in zip(cases, symmetric_outs)]
+
+
+def fanned_out_calls(comm, counts, calls):
+    """Direct AllReduce and AllGather, `calls` times per count, each call's x new
+    (rank, call and position in it), a rank late now and then: the number of wrong
+    results against numpy, and the variants that ran.  With two small slots a fanned
+    chunk's slot is reused every other chunk, so a writer that did not wait for the
+    slowest reader would show here."""
+    P, wrong, ran = comm.world_size, 0, set()
+    for count in counts:
+        ran.add(comm.algorithm_for("allreduce", count * 8, "direct"))
+        base = np.arange(count, dtype=np.float64)
+        for call in range(calls):
+            if (call + comm.rank) % 7 == 0:
+                time.sleep(0.002)
+            x = base * (comm.rank + 1) + call
+            want = base * (P * (P + 1) / 2) + P * call
+            wrong += int(np.count_nonzero(comm.allreduce(x, algo="direct") != want))
+            got = comm.allgather(x, algo="direct")
+            wrong += sum(int(np.count_nonzero(got[q] != base * (q + 1) + call)) for q in range(P))
+    return wrong, ran

@@ -209,10 +209,12 @@ sc_comm *sc_attach(void *base, size_t size, int fd, int rank, int world, uint64_
     sc_comm *c = calloc(1, sizeof(*c));
     sc_endpoint *eps = calloc(2 * SC_TABLES * (size_t)world, sizeof(sc_endpoint));
     char *scratch = malloc(2 * (size_t)h->slot_bytes);
-    if (!c || !eps || !scratch) {
+    uint64_t *fan_read = calloc((size_t)world, sizeof(uint64_t));
+    if (!c || !eps || !scratch || !fan_read) {
         free(c);
         free(eps);
         free(scratch);
+        free(fan_read);
         *status = SC_ENOMEM;
         return NULL;
     }
@@ -231,6 +233,7 @@ sc_comm *sc_attach(void *base, size_t size, int fd, int rank, int world, uint64_
     c->p2p_send = eps + 2 * world;
     c->p2p_recv = eps + 3 * world;
     c->scratch = scratch;
+    c->fan_read = fan_read;
     c->err_peer = c->err_waited = -1;
 
     sc_rank_block *me = &c->ranks[rank];
@@ -240,6 +243,7 @@ sc_comm *sc_attach(void *base, size_t size, int fd, int rank, int world, uint64_
                           atomic_load_explicit(&me->pid, memory_order_acquire), getpid());
         free(eps);
         free(scratch);
+        free(fan_read);
         free(c);
         *status = SC_ERANKTAKEN;
         return NULL;
@@ -354,6 +358,7 @@ void sc_detach(sc_comm *c, int failed)
     sc_p2p_free_stash(c);
     free(c->send);
     free(c->scratch);
+    free(c->fan_read);
     free(c->wide);
     free(c->peer_where);
     free(c->stage);
@@ -382,13 +387,19 @@ int sc_barrier(sc_comm *c)
     return SC_OK;
 }
 
+int sc_send_credit(sc_comm *c, sc_endpoint *e)
+{
+    if (e->seq - e->seen >= c->nslots)
+        SC_TRY(sc_wait_ge(c, &e->ch->tail, e->seq - c->nslots + 1, e->peer,
+                          "waiting for a free slot in the channel to", &e->seen));
+    return SC_OK;
+}
+
 int sc_send_acquire(sc_comm *c, sc_endpoint *e, void **slot)
 {
     if (!e->reserved)
         SC_TRY(sc_reserve_channel(c, e));
-    if (e->seq - e->seen >= c->nslots)
-        SC_TRY(sc_wait_ge(c, &e->ch->tail, e->seq - c->nslots + 1, e->peer,
-                          "waiting for a free slot in the channel to", &e->seen));
+    SC_TRY(sc_send_credit(c, e));
     *slot = e->slots + (e->seq % c->nslots) * c->slot_bytes;
     return SC_OK;
 }

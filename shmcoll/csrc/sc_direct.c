@@ -10,6 +10,10 @@
  * peer.  Two-shot AllReduce is the two, interleaved chunk by chunk: P-1 messages of
  * n/P each way per rank instead of one-shot's n, at the price of a second step.
  *
+ * What goes to every peer alike (one-shot's vector, AllGather's block, two-shot's
+ * reduced block) is fanned out: written once, read by every peer where it lies
+ * (sc_put_all), so a rank writes n instead of n(P-1) bytes for it.
+ *
  * Every schedule is chunk-major: for chunk i a rank first sends to every peer, then
  * receives from every peer.  A rank blocked sending to q waits for q to finish an
  * earlier chunk, which only needs chunks sent even earlier, so the waits cannot
@@ -20,19 +24,24 @@
 #include "sc_internal.h"
 #include "sc_reduce.h"
 
-/* Source q of a chunk: our own input, or the slot peer q sent us. */
-static int acquire_source(sc_comm *c, int q, const char *own, const void **src)
+/* Source q of a chunk: our own input, or the slot peer q sent us — to us alone, or
+ * (fanned) to every peer at once with sc_put_all. */
+static int acquire_source(sc_comm *c, int q, const char *own, int fanned, const void **src)
 {
     if (q == c->rank) {
         *src = own;
         return SC_OK;
     }
-    return sc_recv_acquire(c, &c->recv[q], src);
+    return fanned ? sc_recv_acquire_all(c, q, src) : sc_recv_acquire(c, &c->recv[q], src);
 }
 
-static void release_source(sc_comm *c, int q)
+static void release_source(sc_comm *c, int q, int fanned)
 {
-    if (q != c->rank)
+    if (q == c->rank)
+        return;
+    if (fanned)
+        sc_recv_release_all(c, q);
+    else
         sc_recv_release(&c->recv[q]);
 }
 
@@ -42,18 +51,19 @@ static void release_source(sc_comm *c, int q)
  * whole reduction is one pass.  Where x_0 is dst (rank 0 in place) `last` may not
  * write over its accumulator; there dst is merged into in place, as long as
  * nothing is left to finish (same arithmetic, same order: same bits on every rank). */
-static int reduce_in_rank_order(sc_comm *c, const sc_kernels *k, const char *own, char *dst, size_t n)
+static int reduce_in_rank_order(sc_comm *c, const sc_kernels *k, const char *own, char *dst,
+                                size_t n, int fanned)
 {
     int P = c->world, held = 0;
     const void *src, *acc;
     char *bufs[2] = { c->scratch, c->scratch + c->slot_bytes };
-    SC_TRY(acquire_source(c, 0, own, &src));
+    SC_TRY(acquire_source(c, 0, own, fanned, &src));
     int same_type = k->itemsize == k->accsize;
     if (same_type && src == (const void *)dst && !k->finishes) {
         for (int q = 1; q < P; q++) {
-            SC_TRY(acquire_source(c, q, own, &src));
+            SC_TRY(acquire_source(c, q, own, fanned, &src));
             k->combine(dst, dst, src, n);
-            release_source(c, q);
+            release_source(c, q, fanned);
         }
         return SC_OK;
     }
@@ -61,30 +71,23 @@ static int reduce_in_rank_order(sc_comm *c, const sc_kernels *k, const char *own
         acc = src, held = 1;
     } else {
         k->first(bufs[0], src, n);
-        release_source(c, 0);
+        release_source(c, 0, fanned);
         acc = bufs[0];
     }
     for (int q = 1; q < P - 1; q++) {
-        SC_TRY(acquire_source(c, q, own, &src));
+        SC_TRY(acquire_source(c, q, own, fanned, &src));
         char *next = bufs[q % 2];
         k->mid(next, acc, src, n);
-        release_source(c, q);
+        release_source(c, q, fanned);
         if (held)
-            release_source(c, 0), held = 0;
+            release_source(c, 0, fanned), held = 0;
         acc = next;
     }
-    SC_TRY(acquire_source(c, P - 1, own, &src));
+    SC_TRY(acquire_source(c, P - 1, own, fanned, &src));
     k->last(dst, acc, src, n, P);
-    release_source(c, P - 1);
+    release_source(c, P - 1, fanned);
     if (held)
-        release_source(c, 0);
-    return SC_OK;
-}
-
-static int put_to_all(sc_comm *c, const char *src, size_t bytes)
-{
-    for (int i = 1; i < c->world; i++)
-        SC_TRY(sc_put(c, (c->rank + i) % c->world, src, bytes));
+        release_source(c, 0, fanned);
     return SC_OK;
 }
 
@@ -94,8 +97,8 @@ int sc_direct_allreduce(sc_comm *c, const sc_args *a, const sc_kernels *k)
     for (size_t start = 0; start < a->count; start += chunk) {
         size_t n = sc_min(a->count - start, chunk);
         const char *own = (const char *)a->x + start * k->itemsize;
-        SC_TRY(put_to_all(c, own, n * k->itemsize));
-        SC_TRY(reduce_in_rank_order(c, k, own, (char *)a->out + start * k->itemsize, n));
+        SC_TRY(sc_put_all(c, own, n * k->itemsize));
+        SC_TRY(reduce_in_rank_order(c, k, own, (char *)a->out + start * k->itemsize, n, 1));
     }
     return SC_OK;
 }
@@ -114,7 +117,7 @@ static int rs_round(sc_comm *c, const sc_kernels *k, const char *x, char *mine, 
     if (!sc_chunk_of(count, c->world, c->rank, i, chunk, &off, &n))
         return SC_OK;
     sc_block_range(count, c->world, c->rank, &roff, &rlen);
-    return reduce_in_rank_order(c, k, x + off * isz, mine + (off - roff) * isz, n);
+    return reduce_in_rank_order(c, k, x + off * isz, mine + (off - roff) * isz, n, 0);
 }
 
 /* AllGather round i: chunk i of our block (at `mine`) to every peer, theirs into out. */
@@ -125,7 +128,7 @@ static int ag_round(sc_comm *c, const char *mine, char *out, size_t count, size_
     if (sc_chunk_of(count, c->world, c->rank, i, chunk, &off, &n)) {
         sc_block_range(count, c->world, c->rank, &roff, &rlen);
         const char *src = mine + (off - roff) * isz;
-        SC_TRY(put_to_all(c, src, n * isz));
+        SC_TRY(sc_put_all(c, src, n * isz));
         if (out + off * isz != src)
             sc_out_copy(out + off * isz, src, n * isz, stream);
     }
@@ -133,7 +136,7 @@ static int ag_round(sc_comm *c, const char *mine, char *out, size_t count, size_
         int q = (c->rank - j + c->world) % c->world;
         if (!sc_chunk_of(count, c->world, q, i, chunk, &off, &n))
             continue;
-        SC_TRY(sc_get(c, q, out + off * isz, n * isz, stream));
+        SC_TRY(sc_get_all(c, q, out + off * isz, n * isz, stream));
     }
     return SC_OK;
 }

@@ -13,7 +13,7 @@
 #include "shmcoll.h"
 
 #define SC_MAGIC 0x6c6c6f636d687353ULL   /* "Sshmcoll" little-endian */
-#define SC_LAYOUT_VERSION 6u
+#define SC_LAYOUT_VERSION 7u
 #define SC_TABLES 2          /* channel tables: collectives, point-to-point */
 #define SC_LINE 128
 #define SC_PAGE 4096
@@ -161,6 +161,10 @@ struct sc_comm {
     uint64_t cma_word;
     uint64_t *peer_where;
     char *stage;
+    /* Fan-out (sc_put_all): chunks this rank wrote into its own channel to itself for
+     * every peer at once, and, per peer, how many of that peer's it has read. */
+    uint64_t fan_sent;
+    uint64_t *fan_read;
     /* sc_hold: the caller's lock, released before a wait lasts past hold_ns. */
     void (*release)(void *);
     void *release_arg;
@@ -310,6 +314,8 @@ int sc_call_check_all(sc_comm *c);
 
 /* Channel operations (sc_comm.c): a slot of the channel to / from a peer. */
 int sc_send_acquire(sc_comm *c, sc_endpoint *e, void **slot);
+/* Waits until the channel has a free slot, without touching its slots (fan-out). */
+int sc_send_credit(sc_comm *c, sc_endpoint *e);
 void sc_send_commit(sc_endpoint *e);
 int sc_recv_acquire(sc_comm *c, sc_endpoint *e, const void **slot);
 void sc_recv_release(sc_endpoint *e);
@@ -318,6 +324,15 @@ void sc_recv_release(sc_endpoint *e);
 /* one chunk (bytes <= slot_bytes) copied into / out of a channel; */
 int sc_put(sc_comm *c, int peer, const void *src, size_t bytes);
 int sc_get(sc_comm *c, int peer, void *dst, size_t bytes, int stream);
+/* one chunk for every peer at once (fan-out): written once, read by each peer from
+ * where it lies; the receiving side takes it with sc_recv_acquire_all (or sc_get_all)
+ * and gives it back with sc_recv_release_all.  Where world > 2 the chunk lies in the
+ * sender's channel to itself, which nothing else uses, and the channel to each peer
+ * carries only its flags; its credits are what frees the chunk's slot for reuse. */
+int sc_put_all(sc_comm *c, const void *src, size_t bytes);
+int sc_recv_acquire_all(sc_comm *c, int peer, const void **slot);
+void sc_recv_release_all(sc_comm *c, int peer);
+int sc_get_all(sc_comm *c, int peer, void *dst, size_t bytes, int stream);
 /* a byte range of any length, slot by slot (the receiver gets it in the same cuts); */
 int sc_put_range(sc_comm *c, int peer, const void *src, size_t bytes);
 int sc_get_range(sc_comm *c, int peer, void *dst, size_t bytes, int stream);

@@ -8,18 +8,21 @@ shared-memory-native way (one synchronisation instead of a chain of them).
   ReduceScatter, AllGather   the two halves on their own
   AllToAll             block q to rank q, every pair at once (staggered: r+1, r+2, …)
   Broadcast, Reduce, Gather, Scatter   a star around the root
+What goes to every peer (one-shot's vector, AllGather's block, two-shot's reduced
+block) is written once and read by each peer where it lies (fan-out, sc_put_all).
 C: csrc/sc_direct.c, csrc/sc_alltoall.c, csrc/sc_rooted.c (star).  n as in
 shmcoll.collectives:
 
-    allreduce one-shot   α +  (P-1)·o +  2n(P-1)·β +  n(P-1)·γ
-    allreduce two-shot  2α + 2(P-1)·o + 4n(P-1)/P·β + n(P-1)/P·γ
+    allreduce one-shot   α +  (P-1)·o +        nP·β +  n(P-1)·γ
+    allreduce two-shot  2α + 2(P-1)·o + n(3P-2)/P·β + n(P-1)/P·γ
     reduce_scatter       α +  (P-1)·o + 2n(P-1)/P·β + n(P-1)/P·γ
-    allgather            α +  (P-1)·o + 2n(P-1)/P·β
+    allgather            α +  (P-1)·o +         n·β
     alltoall             α +  (P-1)·o + 2n(P-1)/P·β
     broadcast            α +  (P-1)·o +   n(P-1)·β
     reduce               α +  (P-1)·o +   n(P-1)·β +  n(P-1)·γ
     gather, scatter      α +  (P-1)·o +  n(P-1)/P·β
-(β per byte copied by the busiest rank: what it sends plus what it receives.)
+(β per byte copied by the busiest rank: what it sends plus what it receives; at
+P = 2 fan-out changes nothing.)
 """
 from shmcoll._engine import SCHEDULE_CODES
 from shmcoll.tuning.algorithms.rounds import all_pairs_round, star_round
@@ -37,11 +40,11 @@ def variants(collective, world, nbytes):
     p, n = world, float(nbytes)
     share = n * (p - 1) / p
     if collective == "allreduce":
-        return [("one-shot", CODE, Terms(1, p - 1, 2 * n * (p - 1), n * (p - 1))),
-                ("two-shot", CODE_TWO_SHOT, Terms(2, 2 * (p - 1), 4 * share, share))]
+        return [("one-shot", CODE, Terms(1, p - 1, n * p, n * (p - 1))),
+                ("two-shot", CODE_TWO_SHOT, Terms(2, 2 * (p - 1), n * (3 * p - 2) / p, share))]
     terms = {
         "reduce_scatter": Terms(1, p - 1, 2 * share, share),
-        "allgather": Terms(1, p - 1, 2 * share, 0),
+        "allgather": Terms(1, p - 1, n, 0),
         "alltoall": Terms(1, p - 1, 2 * share, 0),
         "broadcast": Terms(1, p - 1, n * (p - 1), 0),
         "reduce": Terms(1, p - 1, n * (p - 1), n * (p - 1)),
@@ -60,10 +63,12 @@ def rounds(collective, world, variant=None):
     p = world
     if collective == "allreduce":
         if variant == "two-shot":
-            return [all_pairs_round(p, 1.0 / p, True), all_pairs_round(p, 1.0 / p, False)]
-        return [all_pairs_round(p, 1.0, True)]
+            return [all_pairs_round(p, 1.0 / p, True),
+                    all_pairs_round(p, 1.0 / p, False, fanned=True)]
+        return [all_pairs_round(p, 1.0, True, fanned=True)]
     if collective in ("reduce_scatter", "allgather", "alltoall"):
-        return [all_pairs_round(p, 1.0 / p, collective == "reduce_scatter")]
+        return [all_pairs_round(p, 1.0 / p, collective == "reduce_scatter",
+                                fanned=collective == "allgather")]
     star = {"broadcast": (1.0, False, False), "reduce": (1.0, True, True),
             "gather": (1.0 / p, True, False), "scatter": (1.0 / p, False, False)}
     if collective not in star:

@@ -4,7 +4,9 @@ The cost terms of an algorithm (algorithms.terms.Terms) summarise its schedule f
 one kind of link; the rounds keep the whole pattern, so the simulator
 (shmcoll.simulator) can price every flow on the link it crosses.  Both live in the
 algorithm's module and are tested to agree: len(rounds) = Terms.steps, the busiest
-rank's sent + received bytes = Terms.moved, its reduced bytes = Terms.reduced.
+rank's sent + received bytes = Terms.moved, its reduced bytes = Terms.reduced.  A fanned
+round's sender writes what all its flows carry once, every receiver reading it there
+(the direct schedules' fan-out): its sent bytes count once, not once per flow.
 
 A flow's size is a fraction of the collective's n bytes (as in shmcoll.collectives), so one
 list of rounds prices every size.  Rounds of one `stage` overlap chunk by chunk (the
@@ -23,17 +25,18 @@ class Round:
     share: np.ndarray       # bytes of each flow, as a fraction of n
     reduces: bool           # receivers combine what they receive
     stage: int              # rounds of one stage overlap
+    fanned: bool = False    # each sender's flows carry the same bytes, written once
 
     @property
     def flows(self):
         return len(self.src)
 
 
-def make_round(src, dst, share, reduces=False, stage=0):
+def make_round(src, dst, share, reduces=False, stage=0, fanned=False):
     src = np.asarray(src, dtype=np.int64)
     dst = np.asarray(dst, dtype=np.int64)
     share = np.broadcast_to(np.asarray(share, dtype=np.float64), src.shape).copy()
-    return Round(src, dst, share, reduces, stage)
+    return Round(src, dst, share, reduces, stage, fanned)
 
 
 def ring_round(world, share, reduces, stage):
@@ -42,11 +45,11 @@ def ring_round(world, share, reduces, stage):
     return make_round(src, (src + 1) % world, share, reduces, stage)
 
 
-def all_pairs_round(world, share, reduces, stage=0):
-    """Every rank sends `share` to every other rank."""
+def all_pairs_round(world, share, reduces, stage=0, fanned=False):
+    """Every rank sends `share` to every other rank (fanned: the same bytes to all)."""
     src, dst = np.meshgrid(np.arange(world), np.arange(world), indexing="ij")
     mask = src != dst
-    return make_round(src[mask], dst[mask], share, reduces, stage)
+    return make_round(src[mask], dst[mask], share, reduces, stage, fanned)
 
 
 def star_round(world, share, inward, reduces=False, stage=0):
@@ -62,7 +65,12 @@ def per_rank_totals(rounds, world):
     moved = np.zeros(world)
     reduced = np.zeros(world)
     for r in rounds:
-        moved += np.bincount(r.src, r.share, world) + np.bincount(r.dst, r.share, world)
+        if r.fanned:
+            sent = np.zeros(world)
+            np.maximum.at(sent, r.src, r.share)
+        else:
+            sent = np.bincount(r.src, r.share, world)
+        moved += sent + np.bincount(r.dst, r.share, world)
         if r.reduces:
             reduced += np.bincount(r.dst, r.share, world)
     return moved, reduced
