@@ -178,12 +178,7 @@ class Communicator:
         class, its winner; see shmcoll.tuning.trials); device=True: for device arrays;
         symmetric: for an x in a symmetric allocation, with out "plain", "symmetric"
         or "in place" (see empty)."""
-        if symmetric is not None:
-            if symmetric not in _engine.SYMMETRIC_OUT_CASES:
-                raise ValueError(f"symmetric must be one of {', '.join(_engine.SYMMETRIC_OUT_CASES)}"
-                                 f" or None, got {symmetric!r}")
-            return self._symmetric_deciders()[symmetric].label(collective, nbytes, algo)
-        return self._decider(device).label(collective, nbytes, algo)
+        return self._decider_for(device, symmetric).label(collective, nbytes, algo)
 
     def calls_until_settled(self, collective: str, nbytes: int, algo: Optional[str] = None,
                             device: bool = False, symmetric: Optional[str] = None) -> int:
@@ -191,12 +186,17 @@ class Communicator:
         what it runs is final: while a trial settles its size class (tuning.trials),
         its first calls run the candidates in turn.  0 where none runs or it settled.
         A benchmark warms up with this many calls more, or it times the candidates."""
+        return self._decider_for(device, symmetric).calls_until_settled(collective, nbytes, algo)
+
+    def _decider_for(self, device, symmetric):
+        """The Decider of a call's path: device arrays, an x in a symmetric allocation
+        with out as `symmetric` says (see algorithm_for), or the CPU engine."""
         if symmetric is not None:
-            self.algorithm_for(collective, nbytes, algo, symmetric=symmetric)   # validates
-            decider = self._symmetric_deciders()[symmetric]
-        else:
-            decider = self._decider(device)
-        return decider.calls_until_settled(collective, nbytes, algo)
+            if symmetric not in _engine.SYMMETRIC_OUT_CASES:
+                raise ValueError(f"symmetric must be one of {', '.join(_engine.SYMMETRIC_OUT_CASES)}"
+                                 f" or None, got {symmetric!r}")
+            return self._symmetric_deciders()[symmetric]
+        return self._decider(device)
 
     def _decider(self, device=False):
         """The Decider of the CPU engine or (device=True) of the GPU path."""

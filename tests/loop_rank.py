@@ -1,6 +1,7 @@
 """A join-mode rank that loops allreduce of COUNT float32 until something fails
 (`symmetric`: in place on a symmetric allocation, the single-copy path; `cma`: in
-place on an ordinary array that peers read with cross-memory attach)."""
+place on an ordinary array that peers read with cross-memory attach; `direct`: the
+direct schedules, whose chunks every peer reads where their sender wrote them once)."""
 import sys
 import time
 
@@ -18,8 +19,8 @@ if __name__ == "__main__":
     else:
         x = np.ones(count, np.float32)
         out = np.empty_like(x)
-    algo = "cma" if sys.argv[2:] == ["cma"] else None
-    if algo:
+    algo = sys.argv[2] if sys.argv[2:] in (["cma"], ["direct"]) else None
+    if algo == "cma":
         out = x
         if comm.cross_memory is None:
             print("unavailable", flush=True)     # the ranks may not read each other here

@@ -17,10 +17,13 @@ def start(rank, world, job, count, *mode):
     return spawn("loop_rank.py", str(count), *mode, **rank_env(job, rank, world))
 
 
+@pytest.mark.parametrize("algo", ["auto", "direct"])
 @pytest.mark.parametrize("count", [2, 1 << 18, 1 << 24], ids=["8B", "1MiB", "64MiB"])
-def test_survivors_name_the_killed_rank(count):
+def test_survivors_name_the_killed_rank(count, algo):
+    """direct at P=3: one-shot (8 B) and two-shot, whose fanned chunks the killed rank
+    may still hold a credit of."""
     job = "death-" + secrets.token_hex(4)
-    procs = [start(r, 3, job, count) for r in range(3)]
+    procs = [start(r, 3, job, count, *([algo] if algo != "auto" else [])) for r in range(3)]
     with cleaned_up(procs):
         for p in procs:
             assert p.stdout.readline().strip() == "looping"

@@ -54,9 +54,9 @@ def run_size(comm, collective, nbytes, dtype, op, algo, iters, warmup, check, in
              device=False, symmetric=False):
     case = Case(comm, collective, nbytes, dtype, op, algo, root, device, symmetric)
     n = iters or auto_iters(case.nbytes)
-    w = warmup if warmup >= 0 else max(2, n // 10) + _settling_calls(comm, case, algo, device,
-                                                                       symmetric, inplace)
-    seconds = time_calls(comm, case.call(inplace), n, w)
+    if warmup < 0:
+        warmup = max(2, n // 10) + _settling_calls(comm, case, algo, device, symmetric, inplace)
+    seconds = time_calls(comm, case.call(inplace), n, warmup)
     wrong = case.check(inplace) if check else 0
     wrong = int(comm.allreduce(np.array([wrong], np.int64))[0])
     algbw = case.nbytes / seconds / 1e9 if seconds > 0 else 0.0
@@ -242,7 +242,10 @@ def add_arguments(p):
     p.add_argument("-e", "--maxbytes", type=parse_size, default=parse_size("64M"))
     p.add_argument("-f", "--stepfactor", dest="factor", type=float, default=2.0)
     p.add_argument("-n", "--iters", type=int, default=0, help="timed calls per size (0: auto)")
-    p.add_argument("-w", "--warmup", type=int, default=-1, help="untimed calls first (-1: auto: a tenth of the timed ones, and the calls auto's trial of the size still makes, see Communicator.calls_until_settled)")
+    p.add_argument("-w", "--warmup", type=int, default=-1,
+                   help="untimed calls first (-1: auto: a tenth of the timed ones, and the "
+                        "calls auto's trial of the size still makes, see "
+                        "Communicator.calls_until_settled)")
     p.add_argument("-d", "--datatype", dest="dtype", default="float",
                    help="float, half, double, bfloat16, int8, uint8, int32, uint32, int64, "
                         "uint64 (nccl-tests' names), numpy's names, or all")
