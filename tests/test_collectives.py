@@ -170,7 +170,8 @@ def test_small_slots_stress_pipeline(monkeypatch):
 @pytest.mark.parametrize("P", [3, 4])
 def test_fanned_out_chunks_wait_for_their_slowest_reader(monkeypatch, P):
     """Direct schedules write what every peer gets once, where every peer reads it
-    (sc_put_all): many chunks through two 256-byte slots, a late rank every few calls."""
+    (sc_put_all): many chunks through two 256-byte slots, a late rank every few calls,
+    AllReduce, AllGather and Broadcast interleaved on the same channels."""
     import shmcoll
     from workers import fanned_out_calls
     monkeypatch.setenv("SHMCOLL_SLOT_BYTES", "256")

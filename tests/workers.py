@@ -778,7 +778,8 @@ def run_cases_symmetric(comm, cases, symmetric_outs):
 
 
 def fanned_out_calls(comm, counts, calls):
-    """Direct AllReduce and AllGather, `calls` times per count, each call's x new
+    """Direct AllReduce, AllGather and Broadcast (the root moving round the ranks),
+    `calls` times per count, each call's x new
     (rank, call and position in it), a rank late now and then: the number of wrong
     results against numpy, and the variants that ran.  With two small slots a fanned
     chunk's slot is reused every other chunk, so a writer that did not wait for the
@@ -795,4 +796,8 @@ def fanned_out_calls(comm, counts, calls):
             wrong += int(np.count_nonzero(comm.allreduce(x, algo="direct") != want))
             got = comm.allgather(x, algo="direct")
             wrong += sum(int(np.count_nonzero(got[q] != base * (q + 1) + call)) for q in range(P))
+            root = call % P
+            sent = x.copy()
+            comm.broadcast(sent, root=root, algo="direct")
+            wrong += int(np.count_nonzero(sent != base * (root + 1) + call))
     return wrong, ran

@@ -6,7 +6,8 @@
  *   binomial (tree)   parent of v = v minus its lowest set bit; depth popcount(v),
  *                     at most ceil(log2 P): the O(log P)-latency schedule
  *   chain (ring)      parent of v = v - 1: a pipelined chain, each rank sends n once
- *   star (direct, naive) every v > 0 hangs off the root: one step, root does all work
+ *   star (direct, naive) every v > 0 hangs off the root: one step, root does all work;
+ *                     a star Broadcast writes each chunk once for all (fan-out)
  * In every shape the subtree of v is the contiguous range [v, v + size), and the
  * children of v, in merge order, cover it left to right.
  *
@@ -94,13 +95,27 @@ static int bcast_chunk(sc_comm *c, const tree *t, char *buf, size_t bytes, int s
     return SC_OK;
 }
 
+/* The star fans out: the root writes each chunk once (sc_put_all) and every peer
+ * copies it from where it lies, so the root moves n bytes, not n(P-1). */
+static int star_broadcast(sc_comm *c, const sc_args *a, char *buf, int stream)
+{
+    for (size_t off = 0; off < a->count; off += c->slot_bytes) {
+        size_t bytes = sc_min(a->count - off, c->slot_bytes);
+        SC_TRY(c->rank == a->root ? sc_put_all(c, buf + off, bytes)
+                                  : sc_get_all(c, a->root, buf + off, bytes, stream));
+    }
+    return SC_OK;
+}
+
 int sc_rooted_broadcast(sc_comm *c, const sc_args *a, const sc_kernels *k)
 {
     (void)k;
-    tree t;
-    build(&t, shape_of(a->algo), c->world, c->rank, a->root);
     char *buf = (char *)a->x;
     int stream = sc_use_stream(c, a->count);
+    if (shape_of(a->algo) == STAR)
+        return star_broadcast(c, a, buf, stream);
+    tree t;
+    build(&t, shape_of(a->algo), c->world, c->rank, a->root);
     for (size_t off = 0; off < a->count; off += c->slot_bytes)
         SC_TRY(bcast_chunk(c, &t, buf + off, sc_min(a->count - off, c->slot_bytes), stream));
     return SC_OK;

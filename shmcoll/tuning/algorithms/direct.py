@@ -9,7 +9,8 @@ shared-memory-native way (one synchronisation instead of a chain of them).
   AllToAll             block q to rank q, every pair at once (staggered: r+1, r+2, …)
   Broadcast, Reduce, Gather, Scatter   a star around the root
 What goes to every peer (one-shot's vector, AllGather's block, two-shot's reduced
-block) is written once and read by each peer where it lies (fan-out, sc_put_all).
+block, Broadcast's chunk) is written once and read by each peer where it lies
+(fan-out, sc_put_all).
 C: csrc/sc_direct.c, csrc/sc_alltoall.c, csrc/sc_rooted.c (star).  n as in
 shmcoll.collectives:
 
@@ -18,7 +19,7 @@ shmcoll.collectives:
     reduce_scatter       α +  (P-1)·o + 2n(P-1)/P·β + n(P-1)/P·γ
     allgather            α +  (P-1)·o +         n·β
     alltoall             α +  (P-1)·o + 2n(P-1)/P·β
-    broadcast            α +  (P-1)·o +   n(P-1)·β
+    broadcast            α +  (P-1)·o +         n·β
     reduce               α +  (P-1)·o +   n(P-1)·β +  n(P-1)·γ
     gather, scatter      α +  (P-1)·o +  n(P-1)/P·β
 (β per byte copied by the busiest rank: what it sends plus what it receives; at
@@ -46,7 +47,7 @@ def variants(collective, world, nbytes):
         "reduce_scatter": Terms(1, p - 1, 2 * share, share),
         "allgather": Terms(1, p - 1, n, 0),
         "alltoall": Terms(1, p - 1, 2 * share, 0),
-        "broadcast": Terms(1, p - 1, n * (p - 1), 0),
+        "broadcast": Terms(1, p - 1, n, 0),
         "reduce": Terms(1, p - 1, n * (p - 1), n * (p - 1)),
         "gather": Terms(1, p - 1, share, 0),
         "scatter": Terms(1, p - 1, share, 0),
@@ -74,4 +75,4 @@ def rounds(collective, world, variant=None):
     if collective not in star:
         raise ValueError(f"direct does not implement {collective}")
     share, inward, reduces = star[collective]
-    return [star_round(p, share, inward, reduces)]
+    return [star_round(p, share, inward, reduces, fanned=collective == "broadcast")]

@@ -52,12 +52,13 @@ def all_pairs_round(world, share, reduces, stage=0, fanned=False):
     return make_round(src[mask], dst[mask], share, reduces, stage, fanned)
 
 
-def star_round(world, share, inward, reduces=False, stage=0):
-    """Rank 0 to every other rank (inward: every other rank to rank 0)."""
+def star_round(world, share, inward, reduces=False, stage=0, fanned=False):
+    """Rank 0 to every other rank (inward: every other rank to rank 0; fanned: the
+    same bytes to all)."""
     leaves = np.arange(1, world)
     root = np.zeros_like(leaves)
     return make_round(leaves, root, share, reduces, stage) if inward else \
-        make_round(root, leaves, share, reduces, stage)
+        make_round(root, leaves, share, reduces, stage, fanned)
 
 
 def per_rank_totals(rounds, world):
