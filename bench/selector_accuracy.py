@@ -98,7 +98,7 @@ def measured_crossover(medians):
 
 def report(world, results, chosen, model):
     lines, summary = [], {}
-    for coll in COLLECTIVES:
+    for coll in dict.fromkeys(c for c, _ in results):     # as measured, in order
         rows = sorted((n, t) for (c, n), t in results.items() if c == coll)
         if not rows:
             continue
