@@ -1,7 +1,9 @@
 """A join-mode rank that loops allreduce of COUNT float32 until something fails
 (`symmetric`: in place on a symmetric allocation, the single-copy path; `cma`: in
 place on an ordinary array that peers read with cross-memory attach; `direct`: the
-direct schedules, whose chunks every peer reads where their sender wrote them once)."""
+direct schedules, whose chunks every peer reads where their sender wrote them once;
+`broadcast:R`: a Broadcast from rank R, which under direct (the star) writes each chunk
+once for every peer to copy)."""
 import sys
 import time
 
@@ -25,11 +27,20 @@ if __name__ == "__main__":
         if comm.cross_memory is None:
             print("unavailable", flush=True)     # the ranks may not read each other here
             sys.exit(0)
-    comm.allreduce(x, out=out, algo=algo)
+    if sys.argv[2:3] and sys.argv[2].startswith("broadcast:"):
+        root = int(sys.argv[2].split(":")[1])
+        algo = sys.argv[3] if sys.argv[3:] else None
+
+        def call():
+            comm.broadcast(x, root=root, algo=algo)
+    else:
+        def call():
+            comm.allreduce(x, out=out, algo=algo)
+    call()
     print("looping", flush=True)
     try:
         while True:
-            comm.allreduce(x, out=out, algo=algo)
+            call()
     except shmcoll.PeerLostError as e:
         print(f"lost rank {e.rank} at {time.monotonic():.3f}: {e}", flush=True)
         sys.exit(3)

@@ -38,6 +38,29 @@ def test_survivors_name_the_killed_rank(count, algo):
             assert float(m.group(2)) - killed_at < 5.0
 
 
+@pytest.mark.parametrize("algo", ["auto", "direct"])
+@pytest.mark.parametrize("killed", ["root", "receiver"])
+@pytest.mark.parametrize("count", [2, 1 << 18], ids=["8B", "1MiB"])
+def test_survivors_of_a_broadcast_name_the_killed_rank(count, killed, algo):
+    """Broadcast from rank 2 (direct: the star, whose chunks the root writes once into
+    its fan-out slots for every peer): killing the root leaves its receivers waiting
+    on data, killing a receiver leaves the root waiting on a credit."""
+    job = "death-" + secrets.token_hex(4)
+    root = 1 if killed == "root" else 2
+    mode = [f"broadcast:{root}"] + ([algo] if algo != "auto" else [])
+    procs = [start(r, 3, job, count, *mode) for r in range(3)]
+    with cleaned_up(procs):
+        for p in procs:
+            assert p.stdout.readline().strip() == "looping"
+        time.sleep(0.3)
+        procs[1].send_signal(signal.SIGKILL)
+        for p in (procs[0], procs[2]):
+            out, err = p.communicate(timeout=30)
+            assert p.returncode == 3, err
+            m = re.search(r"lost rank (\d+) at", out)
+            assert m and int(m.group(1)) == 1, out
+
+
 @pytest.mark.parametrize("mode", ["symmetric", "cma"])
 @pytest.mark.parametrize("count", [2, 1 << 18], ids=["8B", "1MiB"])
 def test_survivors_of_a_single_copy_loop_name_the_killed_rank(count, mode):
