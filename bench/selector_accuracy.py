@@ -5,7 +5,8 @@ between live ranks in interleaved rounds (one call batch per algorithm per round
 slow stretch of the machine hits all of them; the order turns from round to round), and
 the medians are compared:
 
-  * auto / fastest: how much slower the automatic choice is than the best fixed one;
+  * auto / fastest: how much slower the automatic choice is than the best fixed one,
+    once its trial (if any) settled: the calls a trial makes are counted apart;
   * the measured tree/ring crossover (the first size from which ring stays faster)
     against the modelled one (the model with only those two candidates).
 
@@ -16,6 +17,7 @@ Uses the calibration in force (`shmcoll calibrate`), like every communicator.
 import argparse
 import json
 import sys
+import time
 
 import numpy as np
 
@@ -42,15 +44,30 @@ def _round_order(algos, k):
     return order[::-1] if k % 2 else order
 
 
+def settle(comm, case, call):
+    """Makes the calls auto's trial still runs at this size (tuning.trials: its first
+    calls try the candidates in turn), so that the timed batches measure the schedule
+    auto settled on; returns (calls, seconds) they took, the trial's cost."""
+    n = comm.calls_until_settled(case.collective, case.nbytes)
+    comm.barrier()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        call()
+    return n, float(comm.allgather(np.array([time.perf_counter() - t0]))[:, 0].max())
+
+
 def measure(comm, collectives, sizes, rounds, budget):
-    """Every rank: {(collective, nbytes): {algo: [seconds per round]}} and what auto ran."""
-    results, chosen = {}, {}
+    """Every rank: {(collective, nbytes): {algo: [seconds per round]}}, what auto ran,
+    and what its trials cost {(collective, nbytes): (calls, seconds)}."""
+    results, chosen, trials = {}, {}, {}
     for coll in collectives:
         algos = selector.algorithms_for(coll) + ["auto"]
         for nbytes in sizes:
             cases = {a: Case(comm, coll, nbytes, np.float32, "sum", None if a == "auto" else a)
                      for a in algos}
             calls = {a: c.call(False) for a, c in cases.items()}
+            key = (coll, cases["auto"].nbytes)
+            trials[key] = settle(comm, cases["auto"], calls["auto"])
             iters = {}
             for a, call in calls.items():     # one untimed call each; sizes the loops
                 seconds = time_calls(comm, call, 1, 1)
@@ -59,18 +76,17 @@ def measure(comm, collectives, sizes, rounds, budget):
             for k in range(rounds):
                 for a in _round_order(algos, k):
                     times[a].append(time_calls(comm, calls[a], iters[a], 1))
-            key = (coll, cases["auto"].nbytes)
             results[key] = times
             chosen[key] = comm.algorithm_for(coll, cases["auto"].nbytes)
-    return results, chosen
+    return results, chosen, trials
 
 
 def worker(comm, collectives, sizes, rounds, budget, bind=False):
     if bind:
         from shmcoll.tools.harness import pin
         pin(comm.rank)
-    results, chosen = measure(comm, collectives, sizes, rounds, budget)
-    return (results, chosen, comm.model_source) if comm.rank == 0 else None
+    results, chosen, trials = measure(comm, collectives, sizes, rounds, budget)
+    return (results, chosen, trials, comm.model_source) if comm.rank == 0 else None
 
 
 def modelled_crossover(coll, world, model):
@@ -96,7 +112,7 @@ def measured_crossover(medians):
     return None
 
 
-def report(world, results, chosen, model):
+def report(world, results, chosen, model, trials):
     lines, summary = [], {}
     for coll in dict.fromkeys(c for c, _ in results):     # as measured, in order
         rows = sorted((n, t) for (c, n), t in results.items() if c == coll)
@@ -118,8 +134,13 @@ def report(world, results, chosen, model):
         within = sum(r <= 1.10 for r in ratios)
         lines.append(f"auto within 10% of the fastest at {within}/{len(ratios)} sizes; "
                      f"median auto/fastest {np.median(ratios):.2f}, worst {max(ratios):.2f}")
+        tried = [trials[(coll, n)] for n, _ in rows if trials[(coll, n)][0]]
+        trial_calls, trial_s = sum(k for k, _ in tried), sum(s for _, s in tried)
+        lines.append(f"auto's trials (untimed above): {trial_calls} calls at {len(tried)} "
+                     f"sizes, {trial_s * 1e3:.1f} ms in all")
         entry = {"within_10pct": within, "sizes": len(ratios),
-                 "median_ratio": float(np.median(ratios)), "worst_ratio": float(max(ratios))}
+                 "median_ratio": float(np.median(ratios)), "worst_ratio": float(max(ratios)),
+                 "trial_calls": trial_calls, "trial_ms": trial_s * 1e3}
         if "tree" in algos and "ring" in algos:
             mod, mea = modelled_crossover(coll, world, model), measured_crossover(medians)
             lines.append(f"tree/ring crossover: modelled {mod} B, measured {mea} B")
@@ -145,10 +166,10 @@ def main(argv=None):
     out = {}
     for world in opts.worlds:
         from shmcoll.tuning.calibration import model_for
-        results, chosen, source = shmcoll.launch(
+        results, chosen, trials, source = shmcoll.launch(
             worker, world, args=(opts.collectives, sizes, opts.rounds, opts.budget, opts.bind))[0]
         model, _ = model_for(world)         # (after the ranks: they may have calibrated)
-        text, summary = report(world, results, chosen, model)
+        text, summary = report(world, results, chosen, model, trials)
         print(f"# P={world}, cost model: {source}{text}", flush=True)
         out[world] = {"summary": summary, "model_source": source,
                       "medians_us": {f"{c}:{n}": {a: float(np.median(v)) * 1e6 for a, v in t.items()}
