@@ -17,6 +17,22 @@ def start(rank, world, job, count, *mode):
     return spawn("loop_rank.py", str(count), *mode, **rank_env(job, rank, world))
 
 
+def kill_rank_1_and_hear_survivors(procs, timeout):
+    """Kills rank 1 of three looping ranks; ranks 0 and 2 must exit with PeerLostError
+    naming it.  Returns, for each, the seconds from the kill to its report."""
+    time.sleep(0.3)
+    killed_at = time.monotonic()
+    procs[1].send_signal(signal.SIGKILL)
+    delays = []
+    for p in (procs[0], procs[2]):
+        out, err = p.communicate(timeout=timeout)
+        assert p.returncode == 3, err
+        m = re.search(r"lost rank (\d+) at ([\d.]+)", out)
+        assert m and int(m.group(1)) == 1, out
+        delays.append(float(m.group(2)) - killed_at)
+    return delays
+
+
 @pytest.mark.parametrize("algo", ["auto", "direct"])
 @pytest.mark.parametrize("count", [2, 1 << 18, 1 << 24], ids=["8B", "1MiB", "64MiB"])
 def test_survivors_name_the_killed_rank(count, algo):
@@ -27,15 +43,7 @@ def test_survivors_name_the_killed_rank(count, algo):
     with cleaned_up(procs):
         for p in procs:
             assert p.stdout.readline().strip() == "looping"
-        time.sleep(0.3)
-        killed_at = time.monotonic()
-        procs[1].send_signal(signal.SIGKILL)
-        for p in (procs[0], procs[2]):
-            out, err = p.communicate(timeout=30)
-            assert p.returncode == 3, err
-            m = re.search(r"lost rank (\d+) at ([\d.]+)", out)
-            assert m and int(m.group(1)) == 1, out
-            assert float(m.group(2)) - killed_at < 5.0
+        assert all(seconds < 5.0 for seconds in kill_rank_1_and_hear_survivors(procs, 30))
 
 
 @pytest.mark.parametrize("algo", ["auto", "direct"])
@@ -52,13 +60,7 @@ def test_survivors_of_a_broadcast_name_the_killed_rank(count, killed, algo):
     with cleaned_up(procs):
         for p in procs:
             assert p.stdout.readline().strip() == "looping"
-        time.sleep(0.3)
-        procs[1].send_signal(signal.SIGKILL)
-        for p in (procs[0], procs[2]):
-            out, err = p.communicate(timeout=30)
-            assert p.returncode == 3, err
-            m = re.search(r"lost rank (\d+) at", out)
-            assert m and int(m.group(1)) == 1, out
+        kill_rank_1_and_hear_survivors(procs, 30)
 
 
 @pytest.mark.parametrize("mode", ["symmetric", "cma"])
@@ -75,13 +77,7 @@ def test_survivors_of_a_single_copy_loop_name_the_killed_rank(count, mode):
             if line == "unavailable":
                 pytest.skip("process_vm_readv is not permitted between the ranks here")
             assert line == "looping"
-        time.sleep(0.3)
-        procs[1].send_signal(signal.SIGKILL)
-        for p in (procs[0], procs[2]):
-            out, err = p.communicate(timeout=60)
-            assert p.returncode == 3, err
-            m = re.search(r"lost rank (\d+) at", out)
-            assert m and int(m.group(1)) == 1, out
+        kill_rank_1_and_hear_survivors(procs, 60)
 
 
 def test_launch_names_the_killed_rank_and_its_signal():
