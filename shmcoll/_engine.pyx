@@ -12,7 +12,9 @@ cimport numpy as cnp
 import collections
 import copy
 import hashlib
+import importlib.util
 import os
+import sys
 import time
 
 import numpy as np
@@ -150,12 +152,26 @@ def _register_dtypes():
         if code is not None and dt.num < MAX_BUILTIN_NUM:
             _code_by_num[dt.num] = code
             _NAMES[code] = np.dtype(f"{dt.kind}{dt.itemsize}").name
-    try:
-        import ml_dtypes
-    except ImportError:
-        return
-    _code_by_user_num[np.dtype(ml_dtypes.bfloat16).num] = SC_BFLOAT16
-    _NAMES[SC_BFLOAT16] = "bfloat16"
+    # bfloat16 comes from ml_dtypes, whose import costs most of a second (it registers
+    # hundreds of ufunc loops): it is looked for here, and imported only by whoever
+    # makes a bfloat16 array — which _user_code then finds in sys.modules.
+    if importlib.util.find_spec("ml_dtypes") is not None:
+        _NAMES[SC_BFLOAT16] = "bfloat16"
+
+
+cdef int _user_code(int num) except -2:
+    """The engine code of a user (non-builtin) dtype number, or -1.  An array of
+    ml_dtypes' bfloat16 exists only once ml_dtypes was imported, so a miss looks
+    there first."""
+    code = _code_by_user_num.get(num)
+    if code is None:
+        ml_dtypes = sys.modules.get("ml_dtypes")
+        if ml_dtypes is None or SC_BFLOAT16 in _code_by_user_num.values():
+            return -1
+        _code_by_user_num[np.dtype(ml_dtypes.bfloat16).num] = SC_BFLOAT16
+        _NAMES[SC_BFLOAT16] = "bfloat16"
+        code = _code_by_user_num.get(num, -1)
+    return code
 
 
 _register_dtypes()
@@ -178,8 +194,8 @@ def _copy_code_of(dt):
     if code is None:
         if dt.kind == "b":
             code = _COPY_BOOL
-        elif dt.num in _code_by_user_num:
-            code = _code_by_user_num[dt.num]
+        elif _user_code(dt.num) >= 0:
+            code = _user_code(dt.num)
         else:
             text = f"{dt.str}|{dt.descr if dt.fields else ''}|{dt.shape}".encode()
             digest = int.from_bytes(hashlib.blake2b(text, digest_size=4).digest(), "little")
@@ -207,7 +223,7 @@ cdef int dtype_code(cnp.ndarray a) except -1:
     if num < MAX_BUILTIN_NUM:
         code = _code_by_num[num]
     else:
-        code = _code_by_user_num.get(num, -1)
+        code = _user_code(num)
     if code < 0 or not cnp.PyArray_ISNOTSWAPPED(a):
         raise TypeError(f"unsupported dtype {a.dtype}; supported: {', '.join(SUPPORTED_DTYPES)}")
     return code

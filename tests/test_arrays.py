@@ -137,8 +137,23 @@ def test_a_cpu_tensor_reaches_the_cpu_engine_in_one_process():
         assert work(comm) == [1.0] * 4
 
 
-def test_import_shmcoll_never_imports_torch():
+def test_import_shmcoll_never_imports_torch_or_ml_dtypes():
+    """Optional packages stay unimported: ml_dtypes' import alone takes most of a
+    second, which every rank of every launch would pay."""
     from procs import run
     done = run("-c", "import sys, numpy, shmcoll, shmcoll.communicator, shmcoll.arrays; "
-                     "print('torch' in sys.modules)")
-    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
+                     "print('torch' in sys.modules, 'ml_dtypes' in sys.modules)")
+    assert done.returncode == 0 and done.stdout.strip() == "False False", done.stderr
+
+
+def test_bfloat16_is_known_once_ml_dtypes_is_imported_after_shmcoll():
+    """bfloat16 is registered at the first array of that type, not at import."""
+    from procs import run
+    done = run("-c", "import numpy as np, shmcoll\n"
+                     "import ml_dtypes\n"
+                     "x = np.array([1.5, 2.25], ml_dtypes.bfloat16)\n"
+                     "with shmcoll.init(rank=0, world_size=1, job='bf16-late') as comm:\n"
+                     "    print(comm.allreduce(x).astype(np.float32).tolist(),\n"
+                     "          comm.allgather(x).dtype)")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[1.5, 2.25] bfloat16"
