@@ -194,9 +194,9 @@ def _copy_code_of(dt):
     if code is None:
         if dt.kind == "b":
             code = _COPY_BOOL
-        elif _user_code(dt.num) >= 0:
-            code = _user_code(dt.num)
         else:
+            code = _user_code(dt.num)
+        if code < 0:
             text = f"{dt.str}|{dt.descr if dt.fields else ''}|{dt.shape}".encode()
             digest = int.from_bytes(hashlib.blake2b(text, digest_size=4).digest(), "little")
             code = _COPY_HASHED | (digest & (_COPY_HASHED - 1))
