@@ -61,7 +61,8 @@ def measure(comm, collectives, sizes, rounds, budget):
     and what its trials cost {(collective, nbytes): (calls, seconds)}."""
     results, chosen, trials = {}, {}, {}
     for coll in collectives:
-        algos = selector.algorithms_for(coll) + ["auto"]
+        # cma where this job may use it: auto picks it, so it is one of the fixed choices
+        algos = selector.algorithms_for(coll, cross_memory=comm.cross_memory is not None) + ["auto"]
         for nbytes in sizes:
             cases = {a: Case(comm, coll, nbytes, np.float32, "sum", None if a == "auto" else a)
                      for a in algos}

@@ -265,16 +265,17 @@ def test_cgroup_limits_are_read_from_cpuset_and_quota(tmp_path):
 
 def test_cma_is_the_symmetric_schedule_with_its_reads_priced_by_the_measured_ratio():
     """symmetric terms with moved·2ρ, priced by the collective's own fit, plus σ per
-    read (tuning.algorithms.cma)."""
+    read (tuning.algorithms.cma); the least price the same with ρ of unchanged bytes."""
     from shmcoll.tuning.algorithms import cma, symmetric
-    n, P, per_read, ratio = 1 << 20, 4, 2e-6, 0.4
-    models = Models(M, cross_memory=(per_read, ratio))
+    n, P, per_read, ratio, unchanged = 1 << 20, 4, 2e-6, 0.4, 0.1
+    models = Models(M, cross_memory=(per_read, ratio, unchanged))
     for (variant, code, t), (sym_variant, _, s) in zip(cma.variants("allreduce", P, n),
                                                        symmetric.variants("allreduce", P, n)):
         assert variant == sym_variant and code in (cma.CODE, cma.CODE_TWO_SHOT)
-        read = Terms(s.steps, s.messages, s.moved * 2 * ratio, s.reduced)
-        want = symmetric.price(models, "allreduce", read, variant, fit=None) + per_read * t.reads
-        assert cma.price(models, "allreduce", t, variant) == pytest.approx(want)
+        for rho, price in ((ratio, cma.price), (unchanged, cma.least_price)):
+            read = Terms(s.steps, s.messages, s.moved * 2 * rho, s.reduced)
+            want = symmetric.price(models, "allreduce", read, variant, fit=None) + per_read * t.reads
+            assert price(models, "allreduce", t, variant) == pytest.approx(want)
     (_, _, t), = cma.variants("broadcast", P, n)
     assert t.reads == 1          # the root's x, in one read
     (_, _, t), = cma.variants("allgather", P, n)
@@ -283,12 +284,29 @@ def test_cma_is_the_symmetric_schedule_with_its_reads_priced_by_the_measured_rat
 
 @pytest.mark.parametrize("ratio,picked", [(0.3, True), (3.0, False)])
 def test_cma_is_picked_only_where_its_measured_reads_make_it_cheapest(ratio, picked):
-    models = Models(M, cross_memory=(1e-6, ratio))
+    models = Models(M, cross_memory=(1e-6, ratio, ratio / 4))
     variants = selector.cross_memory_variants(2)
     choices = {selector.choose(c, 2, 1 << 24, model=models, variants=variants[c])
                for c in ("allreduce", "allgather", "reduce_scatter", "broadcast")}
     assert ("cma" in choices) == picked, choices
     assert "symmetric" not in choices       # never for ordinary arrays
+
+
+def test_only_cma_carries_a_least_price_and_it_is_what_unchanged_bytes_cost():
+    """The model chooses by the price for fresh bytes; the least price (bytes unchanged
+    since the last read) is what a trial may try it for (tuning.trials)."""
+    from shmcoll.tuning.algorithms import cma
+    models = Models(M, cross_memory=(1e-6, 1.0, 0.25))
+    table = selector.cost_table("broadcast", 2, 1 << 18, models,
+                                selector.cross_memory_variants(2)["broadcast"])
+    assert [name for name, c in table.items() if c.least is not None] == ["cma"]
+    (variant, _, terms), = cma.variants("broadcast", 2, 1 << 18)
+    assert table["cma"].least == pytest.approx(cma.least_price(models, "broadcast", terms, variant))
+    assert table["cma"].least < table["cma"].seconds == \
+        pytest.approx(cma.price(models, "broadcast", terms, variant))
+    chosen = selector.decide("broadcast", 2, 1 << 18, model=models,
+                             variants=selector.cross_memory_variants(2)["broadcast"])
+    assert chosen.candidate.algorithm != "cma"      # priced for fresh bytes
 
 
 def test_cma_named_where_the_ranks_cannot_use_it_is_refused_with_the_reason():

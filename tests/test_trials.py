@@ -21,6 +21,21 @@ def test_candidates_are_the_choice_and_those_priced_close_to_it():
     assert trials.candidates(table(ring=1.0, direct=1.1), "tree") == []     # a rule chose
 
 
+def test_a_candidate_the_model_cannot_pin_down_is_tried_by_its_least_price():
+    """cma's price for bytes unchanged since its last read (Candidate.least) puts it
+    on trial within UNSURE_MARGIN of the cheapest, besides the closest three."""
+    unsure = trials.UNSURE_MARGIN * 0.9
+    t = table(ring=1.0, direct=1.1, rhd=1.2, tree=1.3)
+    t["cma"] = Candidate("cma", "cma", 9, 3.0, least=unsure)
+    assert trials.candidates(t, "ring") == ["ring", "direct", "rhd", "cma"]
+    t["cma"] = Candidate("cma", "cma", 9, 3.0, least=trials.UNSURE_MARGIN * 1.1)
+    assert trials.candidates(t, "ring") == ["ring", "direct", "rhd"]
+    # alone beside the choice it still makes a trial; without a least price, 3.0 does not
+    assert trials.candidates({"ring": t["ring"], "cma": Candidate("cma", "cma", 9, 3.0, unsure)},
+                             "ring") == ["ring", "cma"]
+    assert trials.candidates(table(ring=1.0, cma=3.0), "ring") == []
+
+
 def test_a_trial_runs_each_candidate_in_turn_and_the_fastest_wins():
     t = trials.Trial(["ring", "direct"])
     runs = []

@@ -60,7 +60,8 @@ SETTINGS = {s.name: s for s in (
             "and then prices single-copy reads beside the channels; 'off' (on any rank) "
             "keeps the whole job on the shared-memory path."),
     Setting("SHMCOLL_TUNE", str, "auto",
-            "'auto': where the cost model prices schedules within 1.5x of its choice and "
+            "'auto': where the cost model prices schedules within 1.5x of its choice (cma "
+            "within 2x by its price for bytes unchanged since its last read) and "
             "every rank has a usable CPU of its own, the first blocking calls of that size "
             "class try each and the ranks agree on the fastest (shmcoll.tuning.trials); "
             "'off': the model's choice alone (a pure function of the call: the same "

@@ -13,7 +13,7 @@
 #include "shmcoll.h"
 
 #define SC_MAGIC 0x6c6c6f636d687353ULL   /* "Sshmcoll" little-endian */
-#define SC_LAYOUT_VERSION 8u
+#define SC_LAYOUT_VERSION 9u
 #define SC_TABLES 2          /* channel tables: collectives, point-to-point */
 #define SC_LINE 128
 #define SC_PAGE 4096
@@ -95,7 +95,7 @@ typedef struct sc_rank_block {
      * rank 0 only, the costs it measured (published before its verdict). */
     uint64_t cma_probe, cma_base;
     uint64_t cma_src, cma_copy_ps;          /* rank 1: its half of rank 0's measurement */
-    uint64_t cma_call_ps, cma_ratio_ppm;
+    uint64_t cma_call_ps, cma_ratio_ppm, cma_warm_ppm;
     SC_ALONE sc_flag cma;            /* enum sc_cma_verdict, once this rank probed */
 } sc_rank_block;
 

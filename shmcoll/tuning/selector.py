@@ -19,6 +19,7 @@ cost model.  `describe()` writes the cost model's own decisions in this grammar.
 """
 import logging
 from dataclasses import dataclass
+from typing import Optional
 
 from shmcoll._core.sizes import format_size, parse_size
 from shmcoll.collectives import NAMES as ALL_COLLECTIVES
@@ -34,6 +35,9 @@ class Candidate:
     variant: str
     code: int
     seconds: float
+    # The least it may cost, where that depends on what the model cannot see (cma: a
+    # peer's bytes unchanged since the last read); None: `seconds` is all there is.
+    least: Optional[float] = None
 
     @property
     def label(self):
@@ -98,14 +102,17 @@ def cost_table(collective, world, nbytes, model=None, variants=None):
         for variant, code, terms in alg.variants(collective, world, nbytes):
             if variants is not None and variant not in variants[name]:
                 continue
+            least = None
             if world == 1:
                 seconds = 0.0
             elif hasattr(alg, "price"):     # priced with other fits than its own
                 seconds = alg.price(models, collective, terms, variant)
+                if hasattr(alg, "least_price"):
+                    least = alg.least_price(models, collective, terms, variant)
             else:
                 seconds = model.seconds(terms, name)
             if best is None or seconds < best.seconds:
-                best = Candidate(name, variant, code, seconds)
+                best = Candidate(name, variant, code, seconds, least)
         if best is not None:
             table[name] = best
     return table
@@ -169,7 +176,8 @@ def code(collective, world, nbytes, algo=None, model=None, rules=None):
 
 def format_decision(collective, world, nbytes, decision):
     """One line for SHMCOLL_DEBUG=INFO: the choice and every candidate's modelled time."""
-    costs = ", ".join(f"{c.label} {c.seconds * 1e6:.2f}"
+    costs = ", ".join(f"{c.label} {c.seconds * 1e6:.2f}" +
+                      ("" if c.least is None else f" ({c.least * 1e6:.2f} unchanged)")
                       for c in sorted(decision.table.values(), key=lambda c: c.seconds))
     return (f"{collective} {nbytes} B P={world}: {decision.candidate.label} "
             f"({decision.reason}); modelled us: {costs}")

@@ -22,6 +22,19 @@ measured by rank 0 — with rank 1 — at creation and are the same on every ran
 (Models.cross_memory).  Where ρ ≥ 1 (on some machines the kernel's page pinning
 makes a read slower than two copies) the cost model never picks cma; where it is well
 below 1, single copy wins from mid sizes.
+
+What a read costs depends on something no model of the call can see: whether the
+peer's bytes changed since this rank last read them.  Bytes a peer has just written
+come from its cache (ρ above); bytes this rank read before and the peer left alone —
+an x that is the same from call to call, as in a benchmark's loop or a broadcast of
+weights that did not change — are still in the reader's cache, and the kernel copies
+them at cache speed (the probe measures that ratio too: 0.2-0.5 where ρ is 0.8-1.1 on
+a 2-core Xeon, and there cma Broadcast of 32-512 KiB at P=2 takes 0.7x the channel
+schedule's time with an unchanged x and 1.5-2.7x with an x written between calls).  So
+price() is the price for fresh bytes, what the model chooses by, and least_price() the
+price for unchanged ones: where that is close to the cheapest schedule, cma joins the
+trial of the call's size (tuning.trials), which measures the calls as the program
+makes them.
 """
 from dataclasses import dataclass
 
@@ -44,12 +57,23 @@ class ReadTerms(Terms):
     reads: float = 0.0
 
 
-def price(models, collective, terms, variant):
-    """Seconds of one variant (see the module's text); priced as symmetric's when
-    `models` carries no measured cross-memory costs."""
-    per_read, ratio = getattr(models, "cross_memory", ()) or (0.0, 0.5)
+DEFAULT_COSTS = (0.0, 0.5, 0.5)    # (σ, ρ, ρ unchanged) where none were measured
+
+
+def price(models, collective, terms, variant, unchanged=False):
+    """Seconds of one variant (see the module's text) reading bytes a peer has just
+    written (`unchanged`: bytes read before and left as they were); priced as
+    symmetric's when `models` carries no measured cross-memory costs."""
+    per_read, fresh, same = getattr(models, "cross_memory", ()) or DEFAULT_COSTS
+    ratio = same if unchanged else fresh
     read = Terms(terms.steps, terms.messages, terms.moved * 2 * ratio, terms.reduced)
     return symmetric.price(models, collective, read, variant, fit=None) + per_read * terms.reads
+
+
+def least_price(models, collective, terms, variant):
+    """The least a variant may cost: its price where every byte it reads is unchanged
+    since this rank last read it."""
+    return price(models, collective, terms, variant, unchanged=True)
 
 
 def variants(collective, world, nbytes):

@@ -68,8 +68,9 @@ class Models:
     """One CostModel per collective: each collective's schedules are calibrated on
     their own measurements (the busiest rank of a star and of a ring use memory
     differently), with `default` for collectives not calibrated.  `cross_memory`:
-    (seconds per read, extra seconds per 4 KiB page) of cross-memory attach as the
-    communicator measured them (algorithms.cma), empty where it cannot be used."""
+    (seconds of a small read, ρ, ρ for bytes unchanged since they were last read) of
+    cross-memory attach as the communicator measured them (algorithms.cma), empty where
+    it cannot be used."""
     default: CostModel = CostModel()
     by_collective: tuple = ()      # ((collective, CostModel), ...)
     cross_memory: tuple = ()
