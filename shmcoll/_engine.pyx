@@ -597,7 +597,7 @@ cdef class Engine:
     cdef str _broken_by         # what broke the communicator, for later calls' errors
     cdef sym_region *_sym       # symmetric allocations, in the order they were made
     cdef int _nsym
-    cdef public object symmetric_decide   # (collective, nbytes, algo, out case) -> code
+    cdef public object symmetric_decide   # (collective, nbytes, algo, out case, blocking) -> (code, trial)
     cdef readonly object cross_memory     # (s per read, ρ, ρ unchanged) once agreed, or None
     cdef dict _sym_codes
     cdef object __weakref__
@@ -816,7 +816,8 @@ cdef class Engine:
         a.sym_x, a.sym_out, a.sym_x_stride, a.sym_out_stride = NULL, NULL, 0, 0
         a.sym_x_id, a.sym_out_id = -1, -1
         if self._nsym and xbytes != NO_SINGLE_COPY and self._single_copy_source(&a, xbytes, rows):
-            a.algo = self._symmetric_code(&a, nbytes, algo, outbytes)
+            code, trial = self._symmetric_choice(&a, nbytes, algo, outbytes, not async_op)
+            a.algo = code
         elif layout != NULL:
             a.algo = SC_ALGO_DIRECT
         else:
@@ -1019,11 +1020,14 @@ cdef class Engine:
             return True
         return self._find_symmetric(a.x, xbytes, &a.sym_x, &a.sym_x_stride, &a.sym_x_id)
 
-    cdef int _symmetric_code(self, sc_args *a, size_t nbytes, object algo,
-                             size_t outbytes) except -1:
-        """The schedule of a call whose x is symmetric: the decider of symmetric
+    cdef tuple _symmetric_choice(self, sc_args *a, size_t nbytes, object algo,
+                                 size_t outbytes, bint blocking):
+        """(schedule, trial) of a call whose x is symmetric: the decider of symmetric
         inputs picks among every schedule, the single-copy ones included, as out
-        allows; out's place is kept only for two-shot, which reads it."""
+        allows; out's place is kept only for two-shot, which reads it.  While a trial
+        settles the call's size class (tuning.trials), a blocking call runs the
+        candidate whose turn it is and reports its time to `trial`; nothing is
+        remembered until the winner is known."""
         cdef int case = SYM_OUT_PLAIN
         if a.out == a.x:
             case = SYM_IN_PLACE
@@ -1036,16 +1040,19 @@ cdef class Engine:
             case = SYM_OUT_PLAIN
         key = (a.collective, nbytes, algo, case)
         code = self._sym_codes.get(key)
+        trial = None
         if code is None:
             if self.symmetric_decide is None:
                 raise RuntimeError("symmetric allocation without a decider")
-            code = self.symmetric_decide(COLLECTIVE_NAMES[a.collective], nbytes, algo, case)
-            if len(self._sym_codes) >= 4096:
-                self._sym_codes.clear()
-            self._sym_codes[key] = code
+            code, trial = self.symmetric_decide(COLLECTIVE_NAMES[a.collective], nbytes, algo,
+                                                case, blocking)
+            if blocking and trial is None:      # (a nonblocking call may run during a trial)
+                if len(self._sym_codes) >= 4096:
+                    self._sym_codes.clear()
+                self._sym_codes[key] = code
         if code != SC_ALGO_SYMMETRIC_TWO_SHOT:
             a.sym_out, a.sym_out_stride, a.sym_out_id = NULL, 0, -1
-        return code
+        return code, trial
 
     @property
     def decider(self):
@@ -1348,7 +1355,7 @@ SCHEDULE_CODES = {"ring": SC_ALGO_RING, "direct": SC_ALGO_DIRECT,
                   "symmetric": SC_ALGO_SYMMETRIC,
                   "symmetric_two_shot": SC_ALGO_SYMMETRIC_TWO_SHOT,
                   "cma": SC_ALGO_CMA, "cma_two_shot": SC_ALGO_CMA_TWO_SHOT}
-# Symmetric decisions by where out lies (Engine._symmetric_code).
+# Symmetric decisions by where out lies (Engine._symmetric_choice).
 SYMMETRIC_OUT_CASES = {"plain": SYM_OUT_PLAIN, "symmetric": SYM_OUT_SYMMETRIC,
                        "in place": SYM_IN_PLACE}
 assert len(COLLECTIVE_CODES) == SC_NCOLLECTIVES - 1 and len(SCHEDULE_CODES) == SC_NALGOS

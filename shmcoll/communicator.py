@@ -178,8 +178,8 @@ class Communicator:
         here, as 'algorithm' or 'algorithm (variant)' (where a trial settled the size
         class, its winner; see shmcoll.tuning.trials); device=True: for device arrays;
         symmetric: for an x in a symmetric allocation, with out "plain", "symmetric"
-        or "in place" (see empty)."""
-        return self._decider_for(device, symmetric).label(collective, nbytes, algo)
+        or "in place" (see empty; only AllReduce tells them apart)."""
+        return self._decider_for(device, symmetric, collective).label(collective, nbytes, algo)
 
     def calls_until_settled(self, collective: str, nbytes: int, algo: Optional[str] = None,
                             device: bool = False, symmetric: Optional[str] = None) -> int:
@@ -187,15 +187,18 @@ class Communicator:
         what it runs is final: while a trial settles its size class (tuning.trials),
         its first calls run the candidates in turn.  0 where none runs or it settled.
         A benchmark warms up with this many calls more, or it times the candidates."""
-        return self._decider_for(device, symmetric).calls_until_settled(collective, nbytes, algo)
+        return self._decider_for(device, symmetric, collective).calls_until_settled(
+            collective, nbytes, algo)
 
-    def _decider_for(self, device, symmetric):
+    def _decider_for(self, device, symmetric, collective):
         """The Decider of a call's path: device arrays, an x in a symmetric allocation
         with out as `symmetric` says (see algorithm_for), or the CPU engine."""
         if symmetric is not None:
             if symmetric not in _engine.SYMMETRIC_OUT_CASES:
                 raise ValueError(f"symmetric must be one of {', '.join(_engine.SYMMETRIC_OUT_CASES)}"
                                  f" or None, got {symmetric!r}")
+            if collective != "allreduce":   # the engine reads out's place for AllReduce only
+                symmetric = "plain"
             return self._symmetric_deciders()[symmetric]
         return self._decider(device)
 
@@ -232,7 +235,8 @@ class Communicator:
             deciders = {_engine.SYMMETRIC_OUT_CASES[name]: d
                         for name, d in self._symmetric_deciders().items()}
             self._engine.symmetric_decide = \
-                lambda coll, nbytes, algo, case: deciders[case].code(coll, nbytes, algo)
+                lambda coll, nbytes, algo, case, blocking: \
+                deciders[case].choose(coll, nbytes, algo, blocking)
         allocation, shape, dt = symmetric.allocate(self, shape, dtype, self._symmetric_count)
         self._symmetric_count += 1
         self._engine.add_symmetric(allocation.base, allocation.stride, allocation.number)
@@ -253,7 +257,7 @@ class Communicator:
                 name: Decider(self.world_size, decider.model, self._rules,
                               selector.symmetric_variants(self.world_size, name,
                                                           self.cross_memory is not None),
-                              log_rank=decider.log_rank)
+                              log_rank=decider.log_rank, agree=decider.agree)
                 for name in _engine.SYMMETRIC_OUT_CASES}
         return self._symmetric
 

@@ -82,6 +82,17 @@ def test_every_rank_settles_on_the_same_schedule(pools, P):
     assert results[0]["tried"] == (P <= job_cpus())
 
 
+def test_calls_on_symmetric_arrays_settle_their_trials_too(pools):
+    """The symmetric path's decider tries its close calls like the regular one (its
+    single-copy schedules among them), with right results throughout."""
+    results = pools(2).run(tw.symmetric_settle)
+    assert results[0] == results[1], results
+    for coll, (start, left, winner) in results[0].items():
+        assert left == 0 and winner, (coll, start, left, winner)
+    if 2 <= job_cpus():
+        assert any(start > 0 for start, _, _ in results[0].values()), results[0]
+
+
 def test_nonblocking_calls_meanwhile_run_the_models_choice(pools):
     for wrong, label in pools(3).run(tw.mixed_with_nonblocking):
         assert wrong == 0 and label

@@ -62,3 +62,34 @@ def count_down(comm):
             left.append(comm.calls_until_settled("allreduce", n))
         out[n] = left
     return out
+
+
+def symmetric_settle(comm):
+    """Calls on symmetric arrays (Communicator.empty) settle their trials too: every
+    result right while the candidates take turns, blocking and nonblocking mixed, and
+    the same winner on every rank.  {collective: (calls until settled at the start,
+    the winner)}."""
+    P, want = comm.world_size, sum(range(1, comm.world_size + 1))
+    out = {}
+    for coll in ("broadcast", "allgather", "allreduce", "reduce_scatter"):
+        x = comm.empty(32768 // 4, np.float32)
+        n = x.nbytes * (P if coll == "allgather" else 1)    # as shmcoll.collectives prices it
+        start = comm.calls_until_settled(coll, n, symmetric="plain")
+        for i in range(2 * start + 3):      # (nonblocking calls are not the trial's)
+            if i >= 3 and not comm.calls_until_settled(coll, n, symmetric="plain"):
+                break
+            x[...] = comm.rank + 1
+            if coll == "broadcast":
+                comm.broadcast(x, root=1)
+                assert np.all(x == 2)
+            elif coll == "allgather":
+                got = comm.allgather(x)
+                assert np.array_equal(got[:, 0], np.arange(1, P + 1))
+            elif coll == "allreduce":
+                got = comm.allreduce(x, async_op=True).wait() if i % 4 == 3 else comm.allreduce(x)
+                assert np.all(got == want)
+            else:
+                assert np.all(comm.reduce_scatter(x) == want)
+        out[coll] = (start, comm.calls_until_settled(coll, n, symmetric="plain"),
+                     comm.algorithm_for(coll, n, symmetric="plain"))
+    return out
