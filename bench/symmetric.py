@@ -10,7 +10,10 @@ ranks of the mean per call, and ratios to the regular path:
 Variants (allreduce): `regular` (ordinary x and out, auto), `regular in place`,
 `symmetric` (x and out symmetric, auto), `symmetric in place` (out=x, auto), and the
 single-copy schedules forced: `one-shot` (out ordinary), `two-shot` (out symmetric).
-Other collectives: `regular` and `symmetric` (auto), and `single copy` forced.
+Other collectives: `regular` and `symmetric` (auto), and `single copy` forced.  Where
+the ranks may read each other's memory, `cma` too: single copy of the ordinary arrays
+with cross-memory attach, forced (`--fresh` shows what its price depends on:
+tuning.algorithms.cma).
 
 --fresh rewrites every rank's x before each call (outside the timed span), as a
 training loop does with its gradients: peers then read lines another core has just
@@ -69,8 +72,18 @@ def time_fresh(comm, timed, spent, iters):
     return float(comm.allgather(np.array([spent[0] / iters]))[:, 0].max())
 
 
+def _out_case(coll, sym, inplace):
+    """What the decider of a symmetric x is asked for (Communicator.algorithm_for)."""
+    if not sym:
+        return None
+    return "in place" if inplace and coll == "allreduce" else \
+        "plain" if sym == "x only" else "symmetric"
+
+
 def measure(comm, coll, sizes, rounds, fresh=False):
-    variants = ALLREDUCE if coll == "allreduce" else OTHERS
+    variants = dict(ALLREDUCE if coll == "allreduce" else OTHERS)
+    if comm.cross_memory is not None:
+        variants["cma"] = (False, False, "cma")
     rows = []
     for nbytes in sizes:
         cases = {name: (_case(comm, coll, nbytes, sym, algo), inplace)
@@ -78,10 +91,14 @@ def measure(comm, coll, sizes, rounds, fresh=False):
         calls = {name: case.call(inplace) for name, (case, inplace) in cases.items()}
         iters = max(5, min(2000, int(3e7 // max(nbytes, 1))))
         times = {name: [] for name in variants}
-        for name, call in calls.items():
-            time_calls(comm, call, 0, 3)
         fresh_calls = {name: _fresh_call(comm, cases[name][0], call)
                        for name, call in calls.items()} if fresh else None
+        for name, call in calls.items():    # auto's trial settles on calls made as timed
+            case, warm = cases[name][0], fresh_calls[name][0] if fresh else call
+            sym, inplace, algo = variants[name]
+            for _ in range(3 + comm.calls_until_settled(coll, case.nbytes, algo,
+                                                        symmetric=_out_case(coll, sym, inplace))):
+                warm()
         for _ in range(rounds):
             for name, call in calls.items():
                 if fresh:
@@ -90,9 +107,7 @@ def measure(comm, coll, sizes, rounds, fresh=False):
                     times[name].append(time_calls(comm, call, iters, 1))
         wrong = {name: case.check(inplace) for name, (case, inplace) in cases.items()}
         picks = {name: comm.algorithm_for(coll, cases[name][0].nbytes, algo,
-                                          symmetric=None if not sym else
-                                          ("in place" if inplace and coll == "allreduce" else
-                                           "plain" if sym == "x only" else "symmetric"))
+                                          symmetric=_out_case(coll, sym, inplace))
                  for name, (sym, inplace, algo) in variants.items()}
         rows.append({"bytes": cases["regular"][0].nbytes,
                      "us": {n: float(np.median(t)) * 1e6 for n, t in times.items()},
@@ -123,15 +138,18 @@ def main():
     print(f"# {opts.collective}, P={opts.np}, float32 sum, µs (median of {opts.rounds} "
           f"interleaved rounds, max over ranks of the mean per call"
           f"{'; x rewritten before every call' if opts.fresh else ''})")
-    print("| bytes | " + " | ".join(names) + " | best symmetric / best regular | symmetric auto runs |")
-    print("|---" * (len(names) + 3) + "|")
+    cma = "cma" in names
+    print("| bytes | " + " | ".join(names) + " | best symmetric / best regular |" +
+          (" cma / best regular |" if cma else "") + " regular auto runs | symmetric auto runs |")
+    print("|---" * (len(names) + 4 + cma) + "|")
     for row in rows:
         us = row["us"]
         regular = min(v for n, v in us.items() if n.startswith("regular"))
-        single = min(v for n, v in us.items() if not n.startswith("regular"))
+        single = min(v for n, v in us.items() if not n.startswith("regular") and n != "cma")
         bad = sum(row["wrong"].values())
         print(f"| {format_size(row['bytes'])} | " + " | ".join(f"{us[n]:.2f}" for n in names) +
-              f" | {single / regular:.2f} | {row['runs']['symmetric']}"
+              f" | {single / regular:.2f} |" + (f" {us['cma'] / regular:.2f} |" if cma else "") +
+              f" {row['runs']['regular']} | {row['runs']['symmetric']}"
               f"{'' if not bad else f' ({bad} WRONG)'} |")
     if opts.json:
         with open(opts.json, "w") as f:
