@@ -275,7 +275,15 @@ def test_cma_is_the_symmetric_schedule_with_its_reads_priced_by_the_measured_rat
         for rho, price in ((ratio, cma.price), (unchanged, cma.least_price)):
             read = Terms(s.steps, s.messages, s.moved * 2 * rho, s.reduced)
             want = symmetric.price(models, "allreduce", read, variant, fit=None) + per_read * t.reads
+            if price is cma.price:      # fresh bytes: never below the symmetric schedule
+                want = max(want, symmetric.price(models, "allreduce", s, variant) +
+                           per_read * t.reads)
             assert price(models, "allreduce", t, variant) == pytest.approx(want)
+        # fresh bytes: never below the symmetric schedule (pointer loads, no syscall)
+        cheap = Models(M, cross_memory=(per_read, 0.01, 0.01))
+        floor = symmetric.price(cheap, "allreduce", s, variant) + per_read * t.reads
+        assert cma.price(cheap, "allreduce", t, variant) == pytest.approx(floor)
+        assert cma.least_price(cheap, "allreduce", t, variant) < floor
     (_, _, t), = cma.variants("broadcast", P, n)
     assert t.reads == 1          # the root's x, in one read
     (_, _, t), = cma.variants("allgather", P, n)

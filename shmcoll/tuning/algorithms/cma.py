@@ -31,7 +31,8 @@ weights that did not change — are still in the reader's cache, and the kernel 
 them at cache speed (the probe measures that ratio too: 0.2-0.5 where ρ is 0.8-1.1 on
 a 2-core Xeon, and there cma Broadcast of 32-512 KiB at P=2 takes 0.7x the channel
 schedule's time with an unchanged x and 1.5-2.7x with an x written between calls).  So
-price() is the price for fresh bytes, what the model chooses by, and least_price() the
+price() is the price for fresh bytes (never below the symmetric schedule's, which loads
+the same bytes without a system call), what the model chooses by, and least_price() the
 price for unchanged ones: where that is close to the cheapest schedule, cma joins the
 trial of the call's size (tuning.trials), which measures the calls as the program
 makes them.
@@ -67,7 +68,14 @@ def price(models, collective, terms, variant, unchanged=False):
     per_read, fresh, same = getattr(models, "cross_memory", ()) or DEFAULT_COSTS
     ratio = same if unchanged else fresh
     read = Terms(terms.steps, terms.messages, terms.moved * 2 * ratio, terms.reduced)
-    return symmetric.price(models, collective, read, variant, fit=None) + per_read * terms.reads
+    seconds = symmetric.price(models, collective, read, variant, fit=None) + per_read * terms.reads
+    if unchanged:
+        return seconds
+    # A kernel read of fresh bytes costs at least a load of them where they lie: never
+    # less than the same schedule over symmetric buffers (on a symmetric x both are
+    # offered, and a low ρ must not put the syscall ahead of the pointer).
+    return max(seconds, symmetric.price(models, collective, terms, variant) +
+               per_read * terms.reads)
 
 
 def least_price(models, collective, terms, variant):
