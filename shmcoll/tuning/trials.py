@@ -19,9 +19,9 @@ class, as the model's choice would have.
 A trial also settles what the model cannot know: cma's reads cost a fraction of two
 channel copies where the peer's bytes did not change since the last read, and more than
 them where the peer has just written them (algorithms.cma).  It is priced for fresh
-bytes, and tried where its price for unchanged ones is within MARGIN: the program's
-own calls tell which it makes (within UNSURE_MARGIN: the model's fixed cost of a
-cma call is the less certain part of its price).
+bytes, and tried where its price for unchanged ones is within UNSURE_MARGIN of the
+cheapest (wider than MARGIN: the model's fixed cost of a cma call is the less certain
+part of its price): the program's own calls tell which kind it makes.
 
 Trials run where every rank has a usable CPU of its own (Communicator: where ranks
 outnumber the CPUs a call's time follows the scheduler more than the schedule).
