@@ -72,7 +72,7 @@ def symmetric_settle(comm):
     P, want = comm.world_size, sum(range(1, comm.world_size + 1))
     out = {}
     for coll in ("broadcast", "allgather", "allreduce", "reduce_scatter"):
-        x = comm.empty(32768 // 4, np.float32)
+        x = comm.empty(P * (8192 // P), np.float32)   # ~32 KiB, whole blocks of P
         n = x.nbytes * (P if coll == "allgather" else 1)    # as shmcoll.collectives prices it
         start = comm.calls_until_settled(coll, n, symmetric="plain")
         for i in range(2 * start + 3):      # (nonblocking calls are not the trial's)

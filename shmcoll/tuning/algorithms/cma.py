@@ -29,8 +29,9 @@ come from its cache (ρ above); bytes this rank read before and the peer left al
 an x that is the same from call to call, as in a benchmark's loop or a broadcast of
 weights that did not change — are still in the reader's cache, and the kernel copies
 them at cache speed (the probe measures that ratio too: 0.27-0.36 where ρ is 0.65-1.1
-on a 2-core Xeon, and there cma Broadcast of 32-512 KiB at P=2 takes 0.7x the channel
-schedule's time with an unchanged x and 1.5-2.7x with an x written between calls).  So
+on a 2-core Xeon, and there cma Broadcast of 32-512 KiB at P=2 took 0.62-0.76x the
+chain's time with an unchanged x, and up to 2.7x where the whole x was rewritten
+between calls: README, cross-memory attach).  So
 price() is the price for fresh bytes (never below the symmetric schedule's, which loads
 the same bytes without a system call), what the model chooses by, and least_price() the
 price for unchanged ones: where that is close to the cheapest schedule, cma joins the
