@@ -254,7 +254,7 @@ cdef cnp.ndarray check_out(object out, cnp.ndarray like, int ndim, cnp.npy_intp 
     for i in range(ndim if same else 0):
         same = same and cnp.PyArray_DIMS(o)[i] == dims[i]
     if not same:
-        raise ValueError(f"out has shape {out.shape}, expected {tuple(dims[i] for i in range(ndim))}")
+        raise ValueError(f"out has shape {out.shape}, expected {dims_tuple(ndim, dims)}")
     if not cnp.PyArray_IS_C_CONTIGUOUS(o):
         raise ValueError("out must be C-contiguous (results cannot be written through a copy)")
     if not cnp.PyArray_ISWRITEABLE(o):
@@ -276,7 +276,13 @@ cdef cnp.ndarray empty(int nd, cnp.npy_intp *dims, cnp.ndarray like):
     datetimes with units, user types such as bfloat16) through numpy."""
     if cnp.PyArray_ISNUMBER(like):
         return cnp.PyArray_EMPTY(nd, dims, cnp.PyArray_TYPE(like), 0)
-    return np.empty(tuple(dims[i] for i in range(nd)), dtype=like.dtype)
+    return np.empty(dims_tuple(nd, dims), dtype=like.dtype)
+
+
+cdef tuple dims_tuple(int nd, cnp.npy_intp *dims):
+    # A list, not a generator expression: a generator in the caller makes Cython
+    # allocate a closure (a garbage-collected object) on every call, error or not.
+    return tuple([dims[i] for i in range(nd)])
 
 
 cdef cnp.ndarray reduction_input(object x, int op, int *dt, int *lanes):
