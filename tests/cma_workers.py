@@ -66,9 +66,17 @@ def every_collective(comm, dtype, op, algo="cma"):
         rows[r] = x
         got["allgather", n, "in place"] = comm.allgather(rows[r], out=rows, algo=algo).copy()
         got["gather", n, "plain"] = comm.gather(x, root=root, algo=algo)
+        gathered = np.full((P, n), 7, dtype)
+        gathered[r] = x
+        got["gather", n, "in place"] = comm.gather(gathered[r], out=gathered, root=root,
+                                                   algo=algo)
         b = x.copy()
         comm.broadcast(b, root=root, algo=algo)
         got["broadcast", n, "plain"] = b
+        # the root pushes the head of every receiver's copy: into a view at an odd offset
+        wide[3:] = x
+        comm.broadcast(wide[3:], root=root, algo=algo)
+        got["broadcast", n, "view"] = wide[3:].copy()
     return got
 
 

@@ -63,14 +63,16 @@ def test_survivors_of_a_broadcast_name_the_killed_rank(count, killed, algo):
         kill_rank_1_and_hear_survivors(procs, 30)
 
 
-@pytest.mark.parametrize("mode", ["symmetric", "cma"])
+@pytest.mark.parametrize("mode", ["symmetric", "cma", "broadcast:0 cma", "allgather cma"])
 @pytest.mark.parametrize("count", [2, 1 << 18], ids=["8B", "1MiB"])
 def test_survivors_of_a_single_copy_loop_name_the_killed_rank(count, mode):
     """A rank killed while its peers read its array in place — its symmetric slice, or
-    its x with process_vm_readv (cma): they raise PeerLostError naming it (the slice
-    stays mapped by them: no SIGBUS; a read of a dead process fails, so does the barrier)."""
+    its x with process_vm_readv (cma) — or push their bytes into its arrays with
+    process_vm_writev (cma Broadcast's root, every rank of a cma AllGather): they
+    raise PeerLostError naming it (the slice stays mapped by them: no SIGBUS; a read
+    or write of a dead process fails, so does the barrier)."""
     job = "death-" + secrets.token_hex(4)
-    procs = [start(r, 3, job, count, mode) for r in range(3)]
+    procs = [start(r, 3, job, count, *mode.split()) for r in range(3)]
     with cleaned_up(procs):
         for p in procs:
             line = p.stdout.readline().strip()

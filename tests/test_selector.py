@@ -285,9 +285,12 @@ def test_cma_is_the_symmetric_schedule_with_its_reads_priced_by_the_measured_rat
         assert cma.price(cheap, "allreduce", t, variant) == pytest.approx(floor)
         assert cma.least_price(cheap, "allreduce", t, variant) < floor
     (_, _, t), = cma.variants("broadcast", P, n)
-    assert t.reads == 1          # the root's x, in one read
+    assert t.reads == P - 1      # the root pushes the head of every receiver's copy
+    assert t.moved == n * (P - 1) / P
     (_, _, t), = cma.variants("allgather", P, n)
-    assert t.reads == P - 1
+    assert t.reads == P - 1 and t.moved == n * (P - 1) / P
+    (_, _, t), = cma.variants("gather", P, n)
+    assert t.reads == 1 and t.moved == n / P     # every rank pushes its own row
 
 
 @pytest.mark.parametrize("ratio,picked", [(0.3, True), (3.0, False)])

@@ -54,10 +54,11 @@ SETTINGS = {s.name: s for s in (
             "Cost-model calibration file (default ~/.cache/shmcoll/calibration.json, "
             "written by `shmcoll calibrate`); 'off' ignores any calibration."),
     Setting("SHMCOLL_CMA", str, "auto",
-            "Cross-memory attach (process_vm_readv) for ordinary arrays: 'auto' probes at "
-            "creation whether every rank may read every other's memory (same user, ptrace "
-            "permitted: Yama's kernel.yama.ptrace_scope 0, no seccomp filter forbidding it) "
-            "and then prices single-copy reads beside the channels; 'off' (on any rank) "
+            "Cross-memory attach (process_vm_readv/writev) for ordinary arrays: 'auto' "
+            "probes at creation whether every rank may read and write every other's memory "
+            "(same user, ptrace permitted: Yama's kernel.yama.ptrace_scope 0, no seccomp "
+            "filter forbidding it) and then prices single-copy schedules beside the "
+            "channels; 'off' (on any rank) "
             "keeps the whole job on the shared-memory path."),
     Setting("SHMCOLL_TUNE", str, "auto",
             "'auto': where the cost model prices schedules within 1.5x of its choice (cma "

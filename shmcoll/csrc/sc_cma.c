@@ -7,8 +7,10 @@
  * no rank can know of another without trying.  So once every rank attached, each
  * reads a word of every peer's process and checks that it holds what that peer's
  * rank in this job puts there (a pid of another namespace names another process),
- * publishes its verdict, and waits for the others': the schedules that read peers'
- * memory run only when every rank reached every other.  Nothing is widened for it
+ * writes the same value back (a seccomp filter may allow process_vm_readv and not
+ * process_vm_writev, and the schedules use both), publishes its verdict, and waits
+ * for the others': the schedules that reach into peers' memory run only when every
+ * rank reached every other.  Nothing is widened for it
  * (no PR_SET_PTRACER): a job that may not read its peers keeps the shared-memory
  * path.  Rank 0 also measures, with rank 1, what a read costs against the same
  * bytes' two copies through a channel, for the cost model (the same figures on every
@@ -34,13 +36,16 @@ static uint64_t probe_value(uint64_t token, int rank)
     return token ^ (0x9e3779b97f4a7c15ull * (uint64_t)(rank + 1));
 }
 
-static int read_exact(pid_t pid, uint64_t remote, void *dst, size_t bytes)
+/* All `bytes` between this process's `mine` and `pid`'s `remote`, in the direction
+ * given (a call may move less than asked: it goes on from there).  0 or an errno. */
+static int move_exact(pid_t pid, uint64_t remote, char *mine, size_t bytes, int writing)
 {
     size_t done = 0;
     while (done < bytes) {
-        struct iovec local = { (char *)dst + done, bytes - done };
+        struct iovec local = { mine + done, bytes - done };
         struct iovec theirs = { (void *)(uintptr_t)(remote + done), bytes - done };
-        ssize_t n = process_vm_readv(pid, &local, 1, &theirs, 1, 0);
+        ssize_t n = writing ? process_vm_writev(pid, &local, 1, &theirs, 1, 0)
+                            : process_vm_readv(pid, &local, 1, &theirs, 1, 0);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
@@ -50,12 +55,18 @@ static int read_exact(pid_t pid, uint64_t remote, void *dst, size_t bytes)
     return 0;
 }
 
+static int read_exact(pid_t pid, uint64_t remote, void *dst, size_t bytes)
+{
+    return move_exact(pid, remote, dst, bytes, 0);
+}
+
 static int reaches(sc_comm *c, int peer)
 {
     pid_t pid = atomic_load_explicit(&c->ranks[peer].pid, memory_order_acquire);
     uint64_t where = c->ranks[peer].cma_probe, word = 0;
     return pid > 0 && where && read_exact(pid, where, &word, sizeof word) == 0 &&
-           word == probe_value(c->hdr->token, peer);
+           word == probe_value(c->hdr->token, peer) &&
+           move_exact(pid, where, (char *)&word, sizeof word, 1) == 0;
 }
 
 static double seconds_since(uint64_t t0) { return (double)(sc_now_ns() - t0) * 1e-9; }
@@ -210,18 +221,32 @@ void sc_cma_publish(sc_comm *c)
     c->ranks[c->rank].cma_base = (uint64_t)(uintptr_t)c->base;
 }
 
-int sc_cma_read(sc_comm *c, int q, uint64_t remote, void *dst, size_t bytes)
+static int moved(sc_comm *c, int q, int err, int writing)
 {
-    pid_t pid = atomic_load_explicit(&c->ranks[q].pid, memory_order_relaxed);
-    int err = read_exact(pid, remote, dst, bytes);
     if (!err)
         return SC_OK;
     /* The peer is inside this call (its call was checked) and keeps its buffers
-     * until every rank passed the closing barrier, so a failed read means it died
-     * or can no longer be read: the job cannot go on. */
+     * until every rank passed the closing barrier, so a failed read or write means
+     * it died or can no longer be reached: the job cannot go on. */
     sc_abort_failed(c->hdr, q);
     c->err_peer = c->err_waited = q;
-    c->err_what = err == ESRCH ? "reading with cross-memory attach (the process is gone) the buffer of"
-                               : "reading with cross-memory attach (refused) the buffer of";
+    if (writing)
+        c->err_what = err == ESRCH ? "writing with cross-memory attach (the process is gone) into the buffer of"
+                                   : "writing with cross-memory attach (refused) into the buffer of";
+    else
+        c->err_what = err == ESRCH ? "reading with cross-memory attach (the process is gone) the buffer of"
+                                   : "reading with cross-memory attach (refused) the buffer of";
     return SC_EPEERLOST;
+}
+
+int sc_cma_read(sc_comm *c, int q, uint64_t remote, void *dst, size_t bytes)
+{
+    pid_t pid = atomic_load_explicit(&c->ranks[q].pid, memory_order_relaxed);
+    return moved(c, q, move_exact(pid, remote, dst, bytes, 0), 0);
+}
+
+int sc_cma_write(sc_comm *c, int q, uint64_t remote, const void *src, size_t bytes)
+{
+    pid_t pid = atomic_load_explicit(&c->ranks[q].pid, memory_order_relaxed);
+    return moved(c, q, move_exact(pid, remote, (char *)src, bytes, 1), 1);
 }

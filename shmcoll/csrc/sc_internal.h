@@ -235,6 +235,8 @@ int sc_single_copy_gather(sc_comm *c, const sc_args *a, const struct sc_kernels 
 /* Cross-memory attach (sc_cma.c): bytes of rank q's process at `remote` into dst;
  * a failure aborts the job (the peer is gone or unreachable) and names q. */
 int sc_cma_read(sc_comm *c, int q, uint64_t remote, void *dst, size_t bytes);
+/* The other way: src into rank q's process at `remote` (same failure rule). */
+int sc_cma_write(sc_comm *c, int q, uint64_t remote, const void *src, size_t bytes);
 /* Sets this rank's probe word and publishes where it lies (at attach, before the
  * rank counts itself in). */
 void sc_cma_publish(sc_comm *c);

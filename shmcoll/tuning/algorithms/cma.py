@@ -1,16 +1,22 @@
-"""Single copy for ordinary arrays: peers read a rank's x (and, two-shot, its out)
-where it lies in that rank's process, with cross-memory attach (process_vm_readv),
-instead of having it copied into channel slots first.  Offered only when every rank
+"""Single copy for ordinary arrays: peers read a rank's x (or a rank writes its part
+into their out) where it lies in the other process, with cross-memory attach
+(process_vm_readv, process_vm_writev), instead of having it copied into channel slots
+first.  Offered only when every rank
 may read every other (the probe at creation, csrc/sc_cma.c; SHMCOLL_CMA).
 
 The schedules are the symmetric ones (symmetric.py, csrc/sc_single_copy.c): one-shot
 and two-shot AllReduce, ReduceScatter, AllGather, Gather, Broadcast, Reduce — with the
 peers' arrays reached by address (each rank publishes them in its call record), and
 a reduction reading each peer's chunk into a staging buffer first.  One-shot in place
-makes its result aside and copies it into x after the closing barrier.  The cost is
-the symmetric schedule's with every byte read from a peer priced as ρ times what it
-costs through a channel (copied in by the peer and out by the reader: 2β), plus a
-fixed cost per read:
+makes its result aside and copies it into x after the closing barrier.  The copies
+of AllGather and Gather go the other way (process_vm_writev): each rank pushes its
+own x into the others' out, so Gather's root no longer copies every row itself (its
+critical path is one row, n/P, where the symmetric schedule's is n(P-1)/P); two-shot
+AllReduce's ranks push their reduced blocks, and Broadcast's root pushes the first 1/P
+of every receiver's copy while the receivers pull the rest (symmetric.py).  The cost
+is the symmetric schedule's with every byte moved to or from a peer priced as ρ
+times what it costs through a channel (copied in by the peer and out by the reader:
+2β), plus a fixed cost per system call:
 
     symmetric terms with moved·2ρ, + σ·reads
 
@@ -28,10 +34,10 @@ peer's bytes changed since this rank last read them.  Bytes a peer has just writ
 come from its cache (ρ above); bytes this rank read before and the peer left alone —
 an x that is the same from call to call, as in a benchmark's loop or a broadcast of
 weights that did not change — are still in the reader's cache, and the kernel copies
-them at cache speed (the probe measures that ratio too: 0.27-0.36 where ρ is 0.65-1.1
-on a 2-core Xeon, and there cma Broadcast of 32-512 KiB at P=2 took 0.62-0.76x the
-chain's time with an unchanged x, and up to 2.7x where the whole x was rewritten
-between calls: README, cross-memory attach).  So
+them at cache speed (the probe measures that ratio too: 0.27-0.45 where ρ is 0.5-1.1
+on a 2-core Xeon, and there cma Broadcast of 128 KiB-2 MiB at P=2 took 0.44-0.59x the
+chain's time with an unchanged x, and 0.65-0.98x with x rewritten before every call:
+README, cross-memory attach).  So
 price() is the price for fresh bytes (never below the symmetric schedule's, which loads
 the same bytes without a system call), what the model chooses by, and least_price() the
 price for unchanged ones: where that is close to the cheapest schedule, cma joins the
@@ -55,7 +61,7 @@ CHUNK = 256 << 10       # a reduction reads a peer's buffer one slot's worth at 
 
 @dataclass(frozen=True)
 class ReadTerms(Terms):
-    """Terms of a single-copy schedule, plus the process_vm_readv calls it makes."""
+    """Terms of a single-copy schedule, plus the system calls (reads, writes) it makes."""
     reads: float = 0.0
 
 
@@ -86,13 +92,16 @@ def least_price(models, collective, terms, variant):
 
 
 def variants(collective, world, nbytes):
-    """The symmetric schedules' variants under this algorithm's codes, with their reads:
-    a reduction reads each peer's part chunk by chunk, a copy each part in one read."""
+    """The symmetric schedules' variants under this algorithm's codes, with their
+    system calls on the busiest rank: a reduction reads each peer's part chunk by
+    chunk; a copy moves each part in one call (Broadcast's root pushes to every
+    receiver; a Gather's rank pushes its one row)."""
     codes = {symmetric.CODE: CODE, symmetric.CODE_TWO_SHOT: CODE_TWO_SHOT}
     found = []
     for variant, code, t in symmetric.variants(collective, world, nbytes):
-        sources = 1 if collective == "broadcast" else world - 1
-        reads = sources * (2 if variant == "two-shot" else 1)
+        reads = (world - 1) * (2 if variant == "two-shot" else 1)
+        if collective == "gather":
+            t, reads = Terms(t.steps, t.messages, float(nbytes) / world, 0), 1
         if t.reduced:
             reads += t.moved / CHUNK
         found.append((NAME if variant == symmetric.NAME else variant, codes[code],

@@ -8,7 +8,8 @@ compete with every other schedule in the same cost table.
                        rank copies the other blocks from the ranks that reduced them
   ReduceScatter        rank q reduces block q of every array
   AllGather, Gather    copies of every array (on the root only for Gather)
-  Broadcast            every rank copies the root's array
+  Broadcast            every rank copies the root's array, the root pushing the first
+                       1/P of every copy while the receivers pull the rest
   Reduce               the root reduces every array
 Every schedule starts by checking its peers' calls (they publish theirs after writing
 x) and ends with a barrier after the last read (a rank may write its array again once
@@ -20,7 +21,7 @@ one copy of each byte a peer contributes where a channel counts two:
     allreduce two-shot   3α + 3(P-1)·o + 2n(P-1)/P·β + n(P-1)/P·γ
     reduce_scatter       2α + 2(P-1)·o +  n(P-1)/P·β + n(P-1)/P·γ
     allgather, gather    2α + 2(P-1)·o +  n(P-1)/P·β
-    broadcast            2α + 2(P-1)·o +          n·β
+    broadcast            2α + 2(P-1)·o +  n(P-1)/P·β
     reduce               2α + 2(P-1)·o +   n(P-1)·β +   n(P-1)·γ
 (o: a peer's flag read at each synchronisation, as a channel's slot handshake.)
 
@@ -65,7 +66,7 @@ def variants(collective, world, nbytes):
         "reduce_scatter": Terms(2, flags, share, share),
         "allgather": Terms(2, flags, share, 0),
         "gather": Terms(2, flags, share, 0),
-        "broadcast": Terms(2, flags, n, 0),
+        "broadcast": Terms(2, flags, share, 0),
         "reduce": Terms(2, flags, n * (p - 1), n * (p - 1)),
     }
     if collective not in terms:
