@@ -153,7 +153,8 @@ def decide(collective, world, nbytes, algo=None, model=None, rules=None, variant
         raise ValueError(f"algorithm {algo!r} needs every rank to read every other's memory "
                          f"with cross-memory attach, which this job cannot "
                          f"(Communicator.cross_memory is None: SHMCOLL_CMA=off on a rank, or "
-                         f"process_vm_readv/writev not permitted, e.g. kernel.yama.ptrace_scope > 0)")
+                         f"process_vm_readv/writev not permitted, e.g. "
+                         f"kernel.yama.ptrace_scope > 0)")
     if algo not in table and algo in SINGLE_COPY:
         raise ValueError(f"algorithm {algo!r} needs x in a symmetric allocation "
                          f"(Communicator.empty / zeros) on every rank"

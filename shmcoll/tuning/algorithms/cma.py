@@ -1,8 +1,8 @@
 """Single copy for ordinary arrays: peers read a rank's x (or a rank writes its part
 into their out) where it lies in the other process, with cross-memory attach
 (process_vm_readv, process_vm_writev), instead of having it copied into channel slots
-first.  Offered only when every rank
-may read every other (the probe at creation, csrc/sc_cma.c; SHMCOLL_CMA).
+first.  Offered only when every rank may reach every other (the probe at creation,
+csrc/sc_cma.c; SHMCOLL_CMA).
 
 The schedules are the symmetric ones (symmetric.py, csrc/sc_single_copy.c): one-shot
 and two-shot AllReduce, ReduceScatter, AllGather, Gather, Broadcast, Reduce — with the
