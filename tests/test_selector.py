@@ -291,6 +291,8 @@ def test_cma_is_the_symmetric_schedule_with_its_reads_priced_by_the_measured_rat
     assert t.reads == P - 1 and t.moved == n * (P - 1) / P
     (_, _, t), = cma.variants("gather", P, n)
     assert t.reads == 1 and t.moved == n / P     # every rank pushes its own row
+    (_, _, t), = cma.variants("reduce", P, n)    # every rank reduces and writes a block
+    assert t.moved == n and t.reduced == n * (P - 1) / P and t.reads == n / cma.CHUNK
 
 
 @pytest.mark.parametrize("ratio,picked", [(0.3, True), (3.0, False)])

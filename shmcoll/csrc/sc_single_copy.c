@@ -275,13 +275,43 @@ int sc_single_copy_broadcast(sc_comm *c, const sc_args *a, const sc_kernels *k)
     return all_done(c);
 }
 
-/* The root reduces every x into its out; the others only wait for it. */
+/* Items [off, off + n) of the root's out = their reduction over every x, made here
+ * a slot's worth at a time and written into the root's process (cma). */
+static int reduce_into_root(sc_comm *c, const sc_args *a, const sc_kernels *k,
+                            const sources *x, const sources *out, size_t off, size_t n)
+{
+    size_t isz = k->itemsize, chunk = c->slot_bytes / k->accsize;
+    char *made = n ? sc_wide(c, sc_min(n, chunk) * isz) : NULL;
+    if (n && !made)
+        return SC_ENOMEM;
+    for (size_t start = 0; start < n; start += chunk) {
+        size_t m = sc_min(n - start, chunk), at = (off + start) * isz;
+        SC_TRY(reduce_sources(c, k, x, off + start, m, made, 0));
+        SC_TRY(copy_to(c, out, a->root, at, made, m * isz, 0));
+    }
+    return SC_OK;
+}
+
+/* The root's out = every x reduced.  With symmetric x the root reduces it all.  With
+ * cma every rank reduces block r (its pieces read from every x) and writes it into
+ * the root's out, so the ranks share the work the root did alone (in place, block r
+ * of the root's x is read and then written by rank r only). */
 int sc_single_copy_reduce(sc_comm *c, const sc_args *a, const sc_kernels *k)
 {
-    sources x = of_x(c, a);
+    sources x = of_x(c, a), out = of_out(c, a);
     SC_TRY(arrive(c));
+    if (x.base) {
+        if (c->rank == a->root)
+            SC_TRY(reduce_sources(c, k, &x, 0, a->count, a->out, a->out == a->x));
+        return all_done(c);
+    }
+    size_t off, len, isz = k->itemsize;
+    sc_block_range(a->count, c->world, c->rank, &off, &len);
     if (c->rank == a->root)
-        SC_TRY(reduce_sources(c, k, &x, 0, a->count, a->out, a->out == a->x));
+        SC_TRY(reduce_sources(c, k, &x, off, len, (char *)a->out + off * isz,
+                              a->out == a->x));
+    else
+        SC_TRY(reduce_into_root(c, a, k, &x, &out, off, len));
     return all_done(c);
 }
 

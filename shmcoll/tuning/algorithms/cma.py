@@ -13,7 +13,10 @@ of AllGather and Gather go the other way (process_vm_writev): each rank pushes i
 own x into the others' out, so Gather's root no longer copies every row itself (its
 critical path is one row, n/P, where the symmetric schedule's is n(P-1)/P); two-shot
 AllReduce's ranks push their reduced blocks, and Broadcast's root pushes the first 1/P
-of every receiver's copy while the receivers pull the rest (symmetric.py).  The cost
+of every receiver's copy while the receivers pull the rest (symmetric.py).  Reduce is
+shared the same way: every rank reduces one block of every x and writes it into the
+root's out (each moves n: (P-1)/P read, 1/P written; reduces n(P-1)/P), where over
+symmetric arrays the root reduces it all.  The cost
 is the symmetric schedule's with every byte moved to or from a peer priced as ρ
 times what it costs through a channel (copied in by the peer and out by the reader:
 2β), plus a fixed cost per system call:
@@ -102,6 +105,9 @@ def variants(collective, world, nbytes):
         reads = (world - 1) * (2 if variant == "two-shot" else 1)
         if collective == "gather":
             t, reads = Terms(t.steps, t.messages, float(nbytes) / world, 0), 1
+        if collective == "reduce":      # every rank reduces a block: reads it, writes it
+            share = float(nbytes) * (world - 1) / world
+            t, reads = Terms(t.steps, t.messages, float(nbytes), share), 0
         if t.reduced:
             reads += t.moved / CHUNK
         found.append((NAME if variant == symmetric.NAME else variant, codes[code],
