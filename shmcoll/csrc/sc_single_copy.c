@@ -17,7 +17,7 @@
  * the others' out in AllGather and Gather (whose root no longer copies every row
  * alone), its reduced block into the others' out in two-shot AllReduce.  Those bytes
  * are in the owner's cache: two ranks writing 256 KiB-1 MiB each had just written
- * into each other took 0.45-0.65x the time of reading them (and the same time where
+ * into each other took 0.44-0.64x the time of reading them (and the same time where
  * the bytes were unchanged since the last read).
  *
  * Two synchronisations frame every schedule:
