@@ -37,7 +37,7 @@ peer's bytes changed since this rank last read them.  Bytes a peer has just writ
 come from its cache (ρ above); bytes this rank read before and the peer left alone —
 an x that is the same from call to call, as in a benchmark's loop or a broadcast of
 weights that did not change — are still in the reader's cache, and the kernel copies
-them at cache speed (the probe measures that ratio too: 0.27-0.45 where ρ is 0.5-1.1
+them at cache speed (the probe measures that ratio too: 0.27-0.51 where ρ is 0.44-1.1
 on a 2-core Xeon, and there cma Broadcast of 128 KiB-2 MiB at P=2 took 0.44-0.59x the
 chain's time with an unchanged x, and 0.65-0.98x with x rewritten before every call:
 README, cross-memory attach).  So
