@@ -28,7 +28,9 @@
  *   all_done  a barrier on the ranks' barrier counters after the last read of, or
  *             write into, a peer's buffer: no rank returns (and may write its x
  *             again, or read its out) while a peer still reads the one or writes
- *             the other.
+ *             the other.  Where only the root's buffers are reached by all
+ *             (Broadcast, Gather, Reduce over symmetric arrays) the peers wait for
+ *             the root alone, or not at all (root_done).
  * Two-shot AllReduce adds one between its halves (every block reduced before any is
  * copied).  Every reduction combines the P sources in rank order, so every rank
  * computes the same bits. */
@@ -126,6 +128,29 @@ static int all_done(sc_comm *c)
     sc_stream_fence();      /* streaming stores are visible before the counter says so */
     uint64_t n = ++c->barrier_seq;
     sc_signal(&c->ranks[c->rank].barrier, n);
+    for (int i = 1; i < c->world; i++) {
+        int peer = (c->rank + i) % c->world;
+        SC_TRY(sc_wait_ge(c, &c->ranks[peer].barrier, n, peer,
+                          "waiting for the symmetric-buffer reads of", NULL));
+    }
+    return SC_OK;
+}
+
+/* all_done for a rooted schedule, where only the root's buffers are reached by every
+ * peer: the root waits until every peer is past its reads of or writes into them, and
+ * a peer waits for the root only where the root reaches the peer's buffers too
+ * (`root_reaches`).  The peers do not wait for each other, and where the root reaches
+ * none of theirs (cma Gather: each pushes its own row) they return at once.  Every
+ * rank still counts the barrier, so the counters stay level for the next one. */
+static int root_done(sc_comm *c, int root, int root_reaches)
+{
+    sc_stream_fence();
+    uint64_t n = ++c->barrier_seq;
+    sc_signal(&c->ranks[c->rank].barrier, n);
+    if (c->rank != root)
+        return root_reaches ? sc_wait_ge(c, &c->ranks[root].barrier, n, root,
+                                         "waiting for the symmetric-buffer reads of", NULL)
+                            : SC_OK;
     for (int i = 1; i < c->world; i++) {
         int peer = (c->rank + i) % c->world;
         SC_TRY(sc_wait_ge(c, &c->ranks[peer].barrier, n, peer,
@@ -272,7 +297,7 @@ int sc_single_copy_broadcast(sc_comm *c, const sc_args *a, const sc_kernels *k)
         SC_TRY(copy_to(c, &x, (c->rank + i) % c->world, 0, a->x, head, stream));
     if (c->rank != a->root)
         SC_TRY(copy_from(c, &x, a->root, head, (char *)a->x + head, a->count - head, stream));
-    return all_done(c);
+    return root_done(c, a->root, head != 0);
 }
 
 /* Items [off, off + n) of the root's out = their reduction over every x, made here
@@ -303,7 +328,7 @@ int sc_single_copy_reduce(sc_comm *c, const sc_args *a, const sc_kernels *k)
     if (x.base) {
         if (c->rank == a->root)
             SC_TRY(reduce_sources(c, k, &x, 0, a->count, a->out, a->out == a->x));
-        return all_done(c);
+        return root_done(c, a->root, 1);
     }
     size_t off, len, isz = k->itemsize;
     sc_block_range(a->count, c->world, c->rank, &off, &len);
@@ -329,5 +354,5 @@ int sc_single_copy_gather(sc_comm *c, const sc_args *a, const sc_kernels *k)
         for (int q = 0; q < c->world; q++)
             SC_TRY(copy_from(c, &x, q, 0, (char *)a->out + (size_t)q * a->count, a->count,
                              stream));
-    return all_done(c);
+    return root_done(c, a->root, x.base != NULL);
 }
