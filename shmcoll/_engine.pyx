@@ -102,7 +102,7 @@ cdef extern from "csrc/shmcoll.h" nogil:
         uint64_t got_bytes
     int sc_p2p(sc_comm *c, sc_p2p_op **ops, int n)
     int sc_barrier(sc_comm *c)
-    int sc_cma_agree(sc_comm *c, int allowed, int *agreed, double costs[3])
+    int sc_cma_agree(sc_comm *c, int allowed, int *agreed, double costs[4])
     int sc_run(sc_comm *c, const sc_args *a)
     void sc_hold(sc_comm *c, uint64_t hold_ns, void (*release)(void *) noexcept nogil, void *arg)
     int sc_implements(int collective, int algo)
@@ -604,7 +604,7 @@ cdef class Engine:
     cdef sym_region *_sym       # symmetric allocations, in the order they were made
     cdef int _nsym
     cdef public object symmetric_decide   # (collective, nbytes, algo, out case, blocking) -> (code, trial)
-    cdef readonly object cross_memory     # (s per read, ρ, ρ unchanged) once agreed, or None
+    cdef readonly object cross_memory     # (s per read, ρ, ρ unchanged, ω) once agreed, or None
     cdef dict _sym_codes
     cdef object __weakref__
 
@@ -779,11 +779,11 @@ cdef class Engine:
         """Once every rank attached, all together: whether every rank may read every
         other's memory with cross-memory attach (sc_cma.c; `allowed` False: this rank
         declines, and so the job does).  Returns None where it may not, else (seconds
-        of a small read, ρ, ρ of bytes read before and unchanged since: see
-        Communicator.cross_memory) — rank 0's measurement, the same on every rank."""
+        of a small read, ρ, ρ of bytes read before and unchanged since, ω of a write:
+        see Communicator.cross_memory) — rank 0's measurement, the same on every rank."""
         cdef int st, agreed = 0
-        cdef double costs[3]
-        costs[0] = costs[1] = costs[2] = 0.0
+        cdef double costs[4]
+        costs[0] = costs[1] = costs[2] = costs[3] = 0.0
         self._enter()
         try:
             with nogil:
@@ -792,7 +792,7 @@ cdef class Engine:
                 self._raise(st, "joining the job")
         finally:
             self._leave()
-        self.cross_memory = (costs[0], costs[1], costs[2]) if agreed else None
+        self.cross_memory = (costs[0], costs[1], costs[2], costs[3]) if agreed else None
         return self.cross_memory
 
     def barrier(self, bint async_op=False):

@@ -163,13 +163,15 @@ class Communicator:
         return self._engine.allreduce(values, None, OP_CODES["max"], "direct", False).tolist()
 
     @property
-    def cross_memory(self) -> Optional[Tuple[float, float, float]]:
-        """None unless every rank may read every other's memory with cross-memory attach
-        (probed at creation; SHMCOLL_CMA): then (seconds of a small read, ρ: a read of
-        bytes a peer has just written over the same bytes' two copies through a channel,
-        ρ again for bytes this rank read before and the peer left unchanged) as rank 0
-        measured them with rank 1, and the cost model prices algorithm "cma" — single
-        copy of ordinary arrays — beside the channel schedules (tuning.algorithms.cma)."""
+    def cross_memory(self) -> Optional[Tuple[float, float, float, float]]:
+        """None unless every rank may read and write every other's memory with
+        cross-memory attach (probed at creation; SHMCOLL_CMA): then (seconds of a small
+        read; ρ: a read of bytes a peer has just written over the same bytes' two copies
+        through a channel; ρ again for bytes this rank read before and the peer left
+        unchanged; ω: a write of bytes in this rank's cache into a peer's, over the same
+        two copies) as rank 0 measured them with rank 1, and the cost model prices
+        algorithm "cma" — single copy of ordinary arrays — beside the channel schedules
+        (tuning.algorithms.cma)."""
         return self._engine.cross_memory
 
     def algorithm_for(self, collective: str, nbytes: int, algo: Optional[str] = None,
@@ -559,14 +561,11 @@ def _shared_cores(costs, world):
     """Cross-memory costs as one rank pays them in a job of `world` ranks (rank 0
     measured one read of one peer, alone).  A read's fixed cost is the reader's CPU
     time, so where ranks outnumber the usable CPUs the ranks' reads queue for the same
-    cores.  And the P-1 ranks that read one rank's pages at once contend for them (the
-    kernel pins each page it copies, and takes the owner's address-space lock for each
-    read): at 3 and 4 ranks a read cost 2.5-3.4x the best channel schedule where one
-    reader's ratio predicted 1.2-1.6x, so both ratios count every concurrent reader."""
+    cores.  (Ranks copying the same pages at once contend for them too: the model
+    counts them per schedule, tuning.algorithms.cma.)"""
     from shmcoll._core.topology import job_cpus
-    per_read, ratio, unchanged = costs
-    readers = max(1, world - 1)
-    return (per_read * max(1.0, world / max(1, job_cpus())), ratio * readers, unchanged * readers)
+    per_read, *ratios = costs
+    return (per_read * max(1.0, world / max(1, job_cpus())), *ratios)
 
 
 def _join_settings():

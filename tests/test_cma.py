@@ -26,8 +26,8 @@ def test_every_rank_agrees_on_what_it_measured(cma_pools):
     for P in (2, 3):
         agreed = cma_pools(P).run(cw.agreement)
         assert len(set(agreed)) == 1, agreed
-        per_read, ratio, unchanged = agreed[0]
-        assert 0 < per_read < 1e-3 and ratio > 0 and unchanged > 0
+        per_read, ratio, unchanged, write = agreed[0]
+        assert 0 < per_read < 1e-3 and ratio > 0 and unchanged > 0 and write > 0
 
 
 @pytest.mark.parametrize("P", [2, 3, 4])

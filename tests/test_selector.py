@@ -264,40 +264,63 @@ def test_cgroup_limits_are_read_from_cpuset_and_quota(tmp_path):
 
 
 def test_cma_is_the_symmetric_schedule_with_its_reads_priced_by_the_measured_ratio():
-    """symmetric terms with moved·2ρ, priced by the collective's own fit, plus σ per
-    read (tuning.algorithms.cma); the least price the same with ρ of unchanged bytes."""
+    """symmetric terms with the bytes read at 2ρ (times the ranks reading the same pages
+    at once) and the bytes written at 2ω, priced by the collective's own fit, plus σ per
+    system call (tuning.algorithms.cma); the least price the same with ρ of unchanged
+    bytes."""
     from shmcoll.tuning.algorithms import cma, symmetric
-    n, P, per_read, ratio, unchanged = 1 << 20, 4, 2e-6, 0.4, 0.1
-    models = Models(M, cross_memory=(per_read, ratio, unchanged))
+    n, P, per_read, ratio, unchanged, write = 1 << 20, 4, 2e-6, 0.4, 0.1, 0.3
+    models = Models(M, cross_memory=(per_read, ratio, unchanged, write))
+    written = {"one-shot": 0.0, "two-shot": n * (P - 1) / P}
+    sharers = {"one-shot": P - 1, "two-shot": 1}
     for (variant, code, t), (sym_variant, _, s) in zip(cma.variants("allreduce", P, n),
                                                        symmetric.variants("allreduce", P, n)):
         assert variant == sym_variant and code in (cma.CODE, cma.CODE_TWO_SHOT)
+        assert t.written == written[variant] and t.sharers == sharers[variant]
         for rho, price in ((ratio, cma.price), (unchanged, cma.least_price)):
-            read = Terms(s.steps, s.messages, s.moved * 2 * rho, s.reduced)
+            copies = (s.moved - t.written) * 2 * rho * t.sharers + t.written * 2 * write
+            read = Terms(s.steps, s.messages, copies, s.reduced)
             want = symmetric.price(models, "allreduce", read, variant, fit=None) + per_read * t.reads
             if price is cma.price:      # fresh bytes: never below the symmetric schedule
                 want = max(want, symmetric.price(models, "allreduce", s, variant) +
                            per_read * t.reads)
             assert price(models, "allreduce", t, variant) == pytest.approx(want)
         # fresh bytes: never below the symmetric schedule (pointer loads, no syscall)
-        cheap = Models(M, cross_memory=(per_read, 0.01, 0.01))
+        cheap = Models(M, cross_memory=(per_read, 0.01, 0.01, 0.01))
         floor = symmetric.price(cheap, "allreduce", s, variant) + per_read * t.reads
         assert cma.price(cheap, "allreduce", t, variant) == pytest.approx(floor)
         assert cma.least_price(cheap, "allreduce", t, variant) < floor
     (_, _, t), = cma.variants("broadcast", P, n)
     assert t.reads == P - 1      # the root pushes the head of every receiver's copy
-    assert t.moved == n * (P - 1) / P
+    assert t.moved == n * (P - 1) / P and t.written == 0 and t.sharers == P - 1
     (_, _, t), = cma.variants("allgather", P, n)
-    assert t.reads == P - 1 and t.moved == n * (P - 1) / P
+    assert t.reads == P - 1 and t.moved == t.written == n * (P - 1) / P and t.sharers == 1
     (_, _, t), = cma.variants("gather", P, n)
-    assert t.reads == 1 and t.moved == n / P     # every rank pushes its own row
+    assert t.reads == 1 and t.moved == t.written == n / P    # every rank pushes its own row
     (_, _, t), = cma.variants("reduce", P, n)    # every rank reduces and writes a block
-    assert t.moved == n and t.reduced == n * (P - 1) / P and t.reads == n / cma.CHUNK
+    assert t.moved == n and t.reduced == n * (P - 1) / P and t.written == n / P
+    assert t.reads == (n - n / P) / cma.CHUNK
+
+
+def test_cma_writes_are_priced_by_the_write_ratio_and_shared_reads_by_their_readers():
+    """Pushed bytes cost ω, not ρ: a cheaper write makes AllGather (all pushes) cheaper
+    and leaves ReduceScatter (all reads) as it was; P-1 receivers pulling the same
+    pages of a Broadcast root pay ρ each."""
+    from shmcoll.tuning.algorithms import cma
+    n, P = 1 << 22, 4
+
+    def priced(collective, write, ratio=0.5):
+        models = Models(M, cross_memory=(1e-6, ratio, ratio / 2, write))
+        (variant, _, t), = cma.variants(collective, P, n)
+        return cma.price(models, collective, t, variant)
+    assert priced("allgather", 0.2) < priced("allgather", 0.6)
+    assert priced("reduce_scatter", 0.2) == priced("reduce_scatter", 0.6)
+    assert priced("broadcast", 0.5, ratio=0.9) > priced("reduce_scatter", 0.5, ratio=0.9)
 
 
 @pytest.mark.parametrize("ratio,picked", [(0.3, True), (3.0, False)])
 def test_cma_is_picked_only_where_its_measured_reads_make_it_cheapest(ratio, picked):
-    models = Models(M, cross_memory=(1e-6, ratio, ratio / 4))
+    models = Models(M, cross_memory=(1e-6, ratio, ratio / 4, ratio))
     variants = selector.cross_memory_variants(2)
     choices = {selector.choose(c, 2, 1 << 24, model=models, variants=variants[c])
                for c in ("allreduce", "allgather", "reduce_scatter", "broadcast")}
@@ -309,7 +332,7 @@ def test_only_cma_carries_a_least_price_and_it_is_what_unchanged_bytes_cost():
     """The model chooses by the price for fresh bytes; the least price (bytes unchanged
     since the last read) is what a trial may try it for (tuning.trials)."""
     from shmcoll.tuning.algorithms import cma
-    models = Models(M, cross_memory=(1e-6, 1.0, 0.25))
+    models = Models(M, cross_memory=(1e-6, 1.0, 0.25, 1.0))
     table = selector.cost_table("broadcast", 2, 1 << 18, models,
                                 selector.cross_memory_variants(2)["broadcast"])
     assert [name for name, c in table.items() if c.least is not None] == ["cma"]

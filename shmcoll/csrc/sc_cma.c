@@ -12,8 +12,8 @@
  * for the others': the schedules that reach into peers' memory run only when every
  * rank reached every other.  Nothing is widened for it
  * (no PR_SET_PTRACER): a job that may not read its peers keeps the shared-memory
- * path.  Rank 0 also measures, with rank 1, what a read costs against the same
- * bytes' two copies through a channel, for the cost model (the same figures on every
+ * path.  Rank 0 also measures, with rank 1, what a read and a write cost against the
+ * same bytes' two copies through a channel, for the cost model (the same figures on every
  * rank, so every rank reaches the same choice). */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -131,16 +131,18 @@ static char *probe_source(sc_comm *c)
  * for bytes rank 1 has just written, each read once from rank 1's cache (a collective's
  * x, written between calls), ratio[1] for the same bytes read again, unchanged since
  * (an x that stays the same from call to call, as in a benchmark's loop: the reader
- * finds its lines in its own cache and the kernel copies at cache speed).  Returns 0,
- * or -1 where a read failed. */
-static int read_ratios(sc_comm *c, double ratio[2])
+ * finds its lines in its own cache and the kernel copies at cache speed); ratio[2]
+ * for a write of bytes this rank has just read (so they are in its cache, as a pushed
+ * row or reduced block is) into rank 1's (which waits for the verdict meanwhile).
+ * Returns 0, or -1 where a read or write failed. */
+static int read_ratios(sc_comm *c, double ratio[3])
 {
     size_t piece;
     int rounds;
     size_t off = probe_area(c, &piece, &rounds);
     pid_t pid = atomic_load_explicit(&c->ranks[1].pid, memory_order_acquire);
     char *dst = malloc(piece);
-    double out = 1.0, fresh = 1.0, again = 1.0;
+    double out = 1.0, fresh = 1.0, again = 1.0, write = 1.0;
     int failed = !dst || !c->ranks[1].cma_src;
     for (int r = 0; r < rounds && !failed; r++) {
         uint64_t src = c->ranks[1].cma_src + r * piece, t0 = sc_now_ns();
@@ -152,15 +154,19 @@ static int read_ratios(sc_comm *c, double ratio[2])
         t0 = sc_now_ns();
         failed = failed || read_exact(pid, src, dst, piece) != 0;
         again = sc_min_d(again, seconds_since(t0));
+        t0 = sc_now_ns();
+        failed = failed || move_exact(pid, src, dst, piece, 1) != 0;
+        write = sc_min_d(write, seconds_since(t0));
     }
     free(dst);
     double channel = out + (double)c->ranks[1].cma_copy_ps * 1e-12;
     ratio[0] = fresh / channel;
     ratio[1] = again / channel;
+    ratio[2] = write / channel;
     return failed ? -1 : 0;
 }
 
-int sc_cma_agree(sc_comm *c, int allowed, int *agreed, double costs[3])
+int sc_cma_agree(sc_comm *c, int allowed, int *agreed, double costs[4])
 {
     sc_rank_block *me = &c->ranks[c->rank];
     int verdict = allowed;
@@ -177,11 +183,12 @@ int sc_cma_agree(sc_comm *c, int allowed, int *agreed, double costs[3])
             return st;
     }
     if (c->rank == 0 && verdict && second == SC_CMA_PERMITTED) {
-        double fixed = small_read(), ratio[2];
+        double fixed = small_read(), ratio[3];
         verdict = fixed >= 0 && read_ratios(c, ratio) == 0;
         me->cma_call_ps = verdict ? (uint64_t)(fixed * 1e12) : 0;
         me->cma_ratio_ppm = verdict ? (uint64_t)(ratio[0] * 1e6) : 0;
         me->cma_warm_ppm = verdict ? (uint64_t)(ratio[1] * 1e6) : 0;
+        me->cma_write_ppm = verdict ? (uint64_t)(ratio[2] * 1e6) : 0;
     }
     sc_signal(&me->cma, verdict ? SC_CMA_PERMITTED : SC_CMA_DENIED);
     int all = verdict, st = SC_OK;
@@ -210,6 +217,7 @@ int sc_cma_agree(sc_comm *c, int allowed, int *agreed, double costs[3])
         costs[0] = (double)c->ranks[0].cma_call_ps * 1e-12;
         costs[1] = (double)c->ranks[0].cma_ratio_ppm * 1e-6;
         costs[2] = (double)c->ranks[0].cma_warm_ppm * 1e-6;
+        costs[3] = (double)c->ranks[0].cma_write_ppm * 1e-6;
     }
     return SC_OK;
 }

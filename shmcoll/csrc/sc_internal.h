@@ -95,7 +95,7 @@ typedef struct sc_rank_block {
      * rank 0 only, the costs it measured (published before its verdict). */
     uint64_t cma_probe, cma_base;
     uint64_t cma_src, cma_copy_ps;          /* rank 1: its half of rank 0's measurement */
-    uint64_t cma_call_ps, cma_ratio_ppm, cma_warm_ppm;
+    uint64_t cma_call_ps, cma_ratio_ppm, cma_warm_ppm, cma_write_ppm;
     SC_ALONE sc_flag cma;            /* enum sc_cma_verdict, once this rank probed */
 } sc_rank_block;
 

@@ -165,7 +165,7 @@ typedef struct sc_args {
  * rank 0 measured them, the same on every rank: {seconds of a small read, time of a
  * read of bytes a peer has just written / time of the same bytes' two copies through
  * a channel, the same for bytes the reader read before and the peer left unchanged}. */
-int sc_cma_agree(sc_comm *c, int allowed, int *agreed, double costs[3]);
+int sc_cma_agree(sc_comm *c, int allowed, int *agreed, double costs[4]);
 
 int sc_barrier(sc_comm *c);
 int sc_run(sc_comm *c, const sc_args *a);

@@ -78,5 +78,5 @@ def _probe_cross_memory():
         return
     print(f"cross-memory attach: permitted; a read costs {costs[0] * 1e6:.2f} us + "
           f"{costs[1]:.2f}x a channel's two copies of the same bytes, {costs[2]:.2f}x "
-          f"where they are unchanged since the last read (2 ranks)")
+          f"where they are unchanged since the last read; a write {costs[3]:.2f}x (2 ranks)")
     print(f"  P=2 decisions with it: {decisions}")

@@ -17,20 +17,28 @@ of every receiver's copy while the receivers pull the rest (symmetric.py).  Redu
 shared the same way: every rank reduces one block of every x and writes it into the
 root's out (each moves n: (P-1)/P read, 1/P written; reduces n(P-1)/P), where over
 symmetric arrays the root reduces it all.  The cost
-is the symmetric schedule's with every byte moved to or from a peer priced as ρ
-times what it costs through a channel (copied in by the peer and out by the reader:
-2β), plus a fixed cost per system call:
+is the symmetric schedule's with every byte read from a peer priced as ρ times what
+it costs through a channel (copied in by the peer and out by the reader: 2β), every
+byte written into a peer as ω times it, plus a fixed cost per system call:
 
-    symmetric terms with moved·2ρ, + σ·reads
+    symmetric terms with moved·2ρ·s (read) or moved·2ω (written), + σ·calls
 
 priced by the collective's own fit — the one that prices the channel schedules cma
 competes with, so no difference between two fits can make it look cheap (the AllGather
 fit's β is not the AllReduce fit's).  ρ (a cross-memory read of bytes a peer has just
-written, over the same bytes' two copies through a channel) and σ (a small read) are
-measured by rank 0 — with rank 1 — at creation and are the same on every rank
-(Models.cross_memory).  Where ρ ≥ 1 (on some machines the kernel's page pinning
-makes a read slower than two copies) the cost model never picks cma; where it is well
-below 1, single copy wins from mid sizes.
+written, over the same bytes' two copies through a channel), ω (a write of bytes in
+the writer's cache, as a pushed row or reduced block is, over the same) and σ (a
+small read) are measured by rank 0 — with rank 1 — at creation and are the same on
+every rank (Models.cross_memory; three creations on a 2-core Xeon measured ω
+0.25-0.43 beside ρ 0.63-1.04).  s counts the ranks that read the same pages at once, which contend for
+them (the kernel pins every page it copies): P-1 for Broadcast's receivers and
+one-shot AllReduce, 1 where each page is read or written by one rank (a block by the
+rank reducing it, a row or reduced block pushed into a peer).  At 4 ranks on 2 cores
+cma Gather took 0.44-0.63x the time of the binomial tree from 512 KiB and AllGather
+0.8-0.95x direct's, where counting every rank as a concurrent reader had priced both
+out.  Where ρ ≥ 1 (on some machines the kernel's page pinning makes a read slower
+than two copies) the cost model never picks cma for reads; where it is well below 1,
+single copy wins from mid sizes.
 
 What a read costs depends on something no model of the call can see: whether the
 peer's bytes changed since this rank last read them.  Bytes a peer has just written
@@ -64,20 +72,26 @@ CHUNK = 256 << 10       # a reduction reads a peer's buffer one slot's worth at 
 
 @dataclass(frozen=True)
 class ReadTerms(Terms):
-    """Terms of a single-copy schedule, plus the system calls (reads, writes) it makes."""
+    """Terms of a single-copy schedule, plus the system calls (reads, writes) it makes,
+    the bytes of `moved` it writes into peers (the rest it reads from them), and how
+    many ranks' calls read the same pages at once (`sharers`)."""
     reads: float = 0.0
+    written: float = 0.0
+    sharers: int = 1
 
 
-DEFAULT_COSTS = (0.0, 0.5, 0.5)    # (σ, ρ, ρ unchanged) where none were measured
+DEFAULT_COSTS = (0.0, 0.5, 0.5, 0.5)    # (σ, ρ, ρ unchanged, ω) where none were measured
 
 
 def price(models, collective, terms, variant, unchanged=False):
     """Seconds of one variant (see the module's text) reading bytes a peer has just
     written (`unchanged`: bytes read before and left as they were); priced as
     symmetric's when `models` carries no measured cross-memory costs."""
-    per_read, fresh, same = getattr(models, "cross_memory", ()) or DEFAULT_COSTS
-    ratio = same if unchanged else fresh
-    read = Terms(terms.steps, terms.messages, terms.moved * 2 * ratio, terms.reduced)
+    per_read, fresh, same, write = getattr(models, "cross_memory", ()) or DEFAULT_COSTS
+    written = getattr(terms, "written", 0.0)
+    ratio = (same if unchanged else fresh) * getattr(terms, "sharers", 1)
+    copies = (terms.moved - written) * 2 * ratio + written * 2 * write
+    read = Terms(terms.steps, terms.messages, copies, terms.reduced)
     seconds = symmetric.price(models, collective, read, variant, fit=None) + per_read * terms.reads
     if unchanged:
         return seconds
@@ -94,22 +108,39 @@ def least_price(models, collective, terms, variant):
     return price(models, collective, terms, variant, unchanged=True)
 
 
+def _sharers(collective, variant, world):
+    """Ranks whose system calls copy the same pages at once: every receiver of a
+    Broadcast pulls the root's x, every rank of a one-shot AllReduce reads all of every
+    peer's; elsewhere each page is read or written by one rank (a block by the rank
+    that reduces it, a row or a reduced block pushed into a peer's out)."""
+    if collective == "broadcast" or (collective == "allreduce" and variant == "one-shot"):
+        return max(1, world - 1)
+    return 1
+
+
 def variants(collective, world, nbytes):
     """The symmetric schedules' variants under this algorithm's codes, with their
     system calls on the busiest rank: a reduction reads each peer's part chunk by
     chunk; a copy moves each part in one call (Broadcast's root pushes to every
-    receiver; a Gather's rank pushes its one row)."""
+    receiver; a Gather's rank pushes its one row); and the bytes the busiest rank
+    writes into peers (AllGather's and Gather's rows, two-shot's reduced block,
+    Reduce's block), priced by ω where the bytes it reads are priced by ρ."""
     codes = {symmetric.CODE: CODE, symmetric.CODE_TWO_SHOT: CODE_TWO_SHOT}
     found = []
     for variant, code, t in symmetric.variants(collective, world, nbytes):
         reads = (world - 1) * (2 if variant == "two-shot" else 1)
+        written = {"allgather": t.moved, "two-shot": t.moved / 2}.get(
+            collective if collective != "allreduce" else variant, 0.0)
         if collective == "gather":
             t, reads = Terms(t.steps, t.messages, float(nbytes) / world, 0), 1
+            written = t.moved
         if collective == "reduce":      # every rank reduces a block: reads it, writes it
             share = float(nbytes) * (world - 1) / world
             t, reads = Terms(t.steps, t.messages, float(nbytes), share), 0
+            written = float(nbytes) / world
         if t.reduced:
-            reads += t.moved / CHUNK
+            reads += (t.moved - written) / CHUNK
         found.append((NAME if variant == symmetric.NAME else variant, codes[code],
-                      ReadTerms(t.steps, t.messages, t.moved, t.reduced, reads)))
+                      ReadTerms(t.steps, t.messages, t.moved, t.reduced, reads, written,
+                                _sharers(collective, variant, world))))
     return found
