@@ -1,6 +1,7 @@
 """Rank functions of test_cma: collectives on ordinary arrays read by peers with
 cross-memory attach (module level, so spawned ranks import them)."""
 import ctypes
+import errno
 import os
 import platform
 import time
@@ -15,6 +16,49 @@ PR_SET_DUMPABLE = 4
 CAP_SYS_PTRACE = 19
 SYSCALLS = {"x86_64": (125, 126), "aarch64": (90, 91)}      # capget, capset
 _CAP_VERSION_3 = 0x20080522
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+# The audit architecture and process_vm_writev's number, for a seccomp filter.
+WRITEV = {"x86_64": (0xC000003E, 311), "aarch64": (0xC00000B7, 271)}
+
+
+class _Insn(ctypes.Structure):      # struct sock_filter
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                ("k", ctypes.c_uint32)]
+
+
+class _Prog(ctypes.Structure):      # struct sock_fprog
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_Insn))]
+
+
+def _deny_cross_memory_writes():
+    """A seccomp filter on this thread (the one that creates communicators): its
+    process_vm_writev calls fail with EPERM, every other call (process_vm_readv
+    too) goes through, as a container's profile that allows only reads would have
+    it."""
+    arch, writev = WRITEV[platform.machine()]
+    load, jump_eq, ret = 0x20, 0x15, 0x06       # BPF_LD|W|ABS, BPF_JMP|JEQ|K, BPF_RET|K
+    program = (_Insn * 6)((load, 0, 0, 4),                  # seccomp_data.arch
+                          (jump_eq, 0, 3, arch),
+                          (load, 0, 0, 0),                  # seccomp_data.nr
+                          (jump_eq, 0, 1, writev),
+                          (ret, 0, 0, 0x00050000 | errno.EPERM),    # SECCOMP_RET_ERRNO
+                          (ret, 0, 0, 0x7FFF0000))                  # SECCOMP_RET_ALLOW
+    libc = ctypes.CDLL(None, use_errno=True)
+    if (libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or
+            libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER,
+                       ctypes.byref(_Prog(len(program), program)), 0, 0) != 0):
+        raise OSError(ctypes.get_errno(), "installing the seccomp filter")
+
+
+def _moves_own_memory():
+    """(read, write): whether process_vm_readv and process_vm_writev of a word of this
+    process's own memory succeed."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    word, other = ctypes.c_uint64(7), ctypes.c_uint64(0)
+    here = (ctypes.c_void_p * 2)(ctypes.addressof(other), 8)
+    there = (ctypes.c_void_p * 2)(ctypes.addressof(word), 8)
+    return tuple(getattr(libc, call)(os.getpid(), here, 1, there, 1, 0) == 8
+                 for call in ("process_vm_readv", "process_vm_writev"))
 
 
 def _drop_ptrace_capability():
@@ -91,15 +135,19 @@ def agreement(comm):
 
 
 def declines(comm, how):
-    """A child communicator where rank 1 declines (SHMCOLL_CMA=off) or cannot be read
-    (not dumpable): every rank learns the job has no cross-memory attach, and an
-    explicit algo='cma' is refused everywhere before anything runs."""
+    """A child communicator where rank 1 declines (SHMCOLL_CMA=off), cannot be read
+    (not dumpable) or may read its peers and not write into them (a seccomp filter):
+    every rank learns the job has no cross-memory attach, and an explicit algo='cma'
+    is refused everywhere before anything runs."""
     if how == "off" and comm.rank == 1:
         os.environ["SHMCOLL_CMA"] = "off"
     if how == "not dumpable":
         _drop_ptrace_capability()
         if comm.rank == 1:
             ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    if how == "writes denied" and comm.rank == 1:
+        _deny_cross_memory_writes()
+        assert _moves_own_memory() == (True, False)
     child = comm.split(0)
     try:
         x = np.ones(1 << 16, np.float32)

@@ -56,10 +56,12 @@ def test_nonblocking_cma(cma_pools):
         np.testing.assert_array_equal(gathered, rows)
 
 
-@pytest.mark.parametrize("how", ["off", "not dumpable"])
+@pytest.mark.parametrize("how", ["off", "not dumpable", "writes denied"])
 def test_a_rank_that_declines_or_cannot_be_read_turns_it_off_for_all(cma_pools, how):
     if how == "not dumpable" and platform.machine() not in cw.SYSCALLS:
         pytest.skip(f"capget/capset numbers of {platform.machine()} not known here")
+    if how == "writes denied" and platform.machine() not in cw.WRITEV:
+        pytest.skip(f"seccomp numbers of {platform.machine()} not known here")
     outcomes = cw.launch(cw.declines, 3, how)
     if how == "not dumpable" and outcomes[0][0] is not None:
         pytest.skip("this user may read non-dumpable processes (CAP_SYS_PTRACE)")
