@@ -164,7 +164,8 @@ typedef struct sc_args {
  * *agreed: every rank may read every other's memory.  costs (set when agreed), as
  * rank 0 measured them, the same on every rank: {seconds of a small read, time of a
  * read of bytes a peer has just written / time of the same bytes' two copies through
- * a channel, the same for bytes the reader read before and the peer left unchanged}. */
+ * a channel, the same for bytes the reader read before and the peer left unchanged,
+ * the same for a write of bytes in the writer's cache into the peer's memory}. */
 int sc_cma_agree(sc_comm *c, int allowed, int *agreed, double costs[4]);
 
 int sc_barrier(sc_comm *c);

@@ -30,10 +30,10 @@ written, over the same bytes' two copies through a channel), ω (a write of byte
 the writer's cache, as a pushed row or reduced block is, over the same) and σ (a
 small read) are measured by rank 0 — with rank 1 — at creation and are the same on
 every rank (Models.cross_memory; three creations on a 2-core Xeon measured ω
-0.25-0.43 beside ρ 0.63-1.04).  s counts the ranks that read the same pages at once, which contend for
-them (the kernel pins every page it copies): P-1 for Broadcast's receivers and
-one-shot AllReduce, 1 where each page is read or written by one rank (a block by the
-rank reducing it, a row or reduced block pushed into a peer).  At 4 ranks on 2 cores
+0.25-0.43 beside ρ 0.63-1.04).  s counts the ranks that read the same pages at once,
+which contend for them (the kernel pins every page it copies): P-1 for Broadcast's
+receivers and one-shot AllReduce, 1 where each page is read or written by one rank (a
+block by the rank reducing it, a row or reduced block pushed into a peer).  At 4 ranks on 2 cores
 cma Gather took 0.44-0.63x the time of the binomial tree from 512 KiB and AllGather
 0.8-0.95x direct's, where counting every rank as a concurrent reader had priced both
 out.  Where ρ ≥ 1 (on some machines the kernel's page pinning makes a read slower
