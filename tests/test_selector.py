@@ -1,4 +1,5 @@
 """Cost formulas against hand-computed values; selection, overrides, the debug log."""
+import dataclasses
 import logging
 import math
 
@@ -315,7 +316,12 @@ def test_cma_writes_are_priced_by_the_write_ratio_and_shared_reads_by_their_read
         return cma.price(models, collective, t, variant)
     assert priced("allgather", 0.2) < priced("allgather", 0.6)
     assert priced("reduce_scatter", 0.2) == priced("reduce_scatter", 0.6)
-    assert priced("broadcast", 0.5, ratio=0.9) > priced("reduce_scatter", 0.5, ratio=0.9)
+    # a Broadcast's P-1 pulls of the root's pages: priced as one reader paying (P-1)ρ
+    (variant, _, t), = cma.variants("broadcast", P, n)
+    shared = cma.price(Models(M, cross_memory=(1e-6, 0.3, 0.1, 0.2)), "broadcast", t, variant)
+    alone = cma.price(Models(M, cross_memory=(1e-6, 0.3 * (P - 1), 0.1, 0.2)), "broadcast",
+                      dataclasses.replace(t, sharers=1), variant)
+    assert shared == pytest.approx(alone)
 
 
 @pytest.mark.parametrize("ratio,picked", [(0.3, True), (3.0, False)])
