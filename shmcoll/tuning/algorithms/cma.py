@@ -136,9 +136,11 @@ def variants(collective, world, nbytes):
             written = t.moved
         if collective == "reduce":      # every rank reduces a block: reads it, writes it
             share = float(nbytes) * (world - 1) / world
-            t, reads = Terms(t.steps, t.messages, float(nbytes), share), 0
+            t = Terms(t.steps, t.messages, float(nbytes), share)
             written = float(nbytes) / world
-        if t.reduced:
+            # chunk by chunk of its block: a read of every peer's piece, a write of the sum
+            reads = world * max(1.0, written / CHUNK)
+        elif t.reduced:
             reads += (t.moved - written) / CHUNK
         found.append((NAME if variant == symmetric.NAME else variant, codes[code],
                       ReadTerms(t.steps, t.messages, t.moved, t.reduced, reads, written,
