@@ -10,7 +10,7 @@ import numpy as np
 
 import shmcoll
 from shmcoll.errors import MismatchError
-from symmetric_workers import SIZES, rank_values
+from symmetric_workers import SIZES, rank_values, rooted_reuse
 
 PR_SET_DUMPABLE = 4
 CAP_SYS_PTRACE = 19
@@ -176,6 +176,7 @@ def reuse_at_once(comm, rounds):
         want = sum(rank_values(q, n, np.float64, k) for q in range(P))
         wrong += int(np.count_nonzero(y != want))
         x[:] = -1.0         # at once: a peer still reading would see it
+        wrong += rooted_reuse(comm, x, k, "cma")
     return wrong
 
 

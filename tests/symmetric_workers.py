@@ -85,6 +85,33 @@ def reuse_at_once(comm, rounds):
         want = sum(rank_values(q, 4096, np.float64, k) for q in range(P))
         wrong += int(np.count_nonzero(y != want))
         x[:] = -1.0         # at once: a peer still reading would see it
+        wrong += rooted_reuse(comm, x, k, "symmetric")
+    return wrong
+
+
+def rooted_reuse(comm, x, k, algo):
+    """Wrong elements of a Broadcast and a Gather from root k % P, every rank rewriting
+    x as soon as each returned, rank P-1 late every 7th call (so sometimes the root):
+    no root may still read a peer's x, nor a push into a peer still land, once the
+    call returned there (single copy ends these on the root alone)."""
+    P, r, n = comm.world_size, comm.rank, x.size
+    root, wrong = k % P, 0
+    x[:] = rank_values(root, n, x.dtype, k) if r == root else 0
+    if r == P - 1 and k % 7 == 0:
+        time.sleep(0.002)
+    comm.broadcast(x, root=root, algo=algo)
+    wrong += int(np.count_nonzero(x != rank_values(root, n, x.dtype, k)))
+    x[:] = -1
+    comm.barrier()
+    wrong += int(np.count_nonzero(x != -1))      # a push landing late shows here
+    x[:] = rank_values(r, n, x.dtype, k)
+    if r == P - 1 and k % 7 == 3:
+        time.sleep(0.002)
+    rows = comm.gather(x, root=root, algo=algo)
+    x[:] = -1
+    if r == root:
+        want = np.stack([rank_values(q, n, x.dtype, k) for q in range(P)])
+        wrong += int(np.count_nonzero(rows != want))
     return wrong
 
 

@@ -122,18 +122,34 @@ static int arrive(sc_comm *c)
     return SC_OK;
 }
 
-/* Every rank is past its reads of and writes into the others' buffers. */
-static int all_done(sc_comm *c)
+/* This rank is past its reads of and writes into its peers' buffers: it counts the
+ * next barrier.  Returns the count the others wait for. */
+static uint64_t count_done(sc_comm *c)
 {
     sc_stream_fence();      /* streaming stores are visible before the counter says so */
     uint64_t n = ++c->barrier_seq;
     sc_signal(&c->ranks[c->rank].barrier, n);
-    for (int i = 1; i < c->world; i++) {
-        int peer = (c->rank + i) % c->world;
-        SC_TRY(sc_wait_ge(c, &c->ranks[peer].barrier, n, peer,
-                          "waiting for the symmetric-buffer reads of", NULL));
-    }
+    return n;
+}
+
+static int wait_done(sc_comm *c, int peer, uint64_t n)
+{
+    return sc_wait_ge(c, &c->ranks[peer].barrier, n, peer,
+                      "waiting for the symmetric-buffer reads of", NULL);
+}
+
+/* Every peer has counted barrier n. */
+static int peers_done(sc_comm *c, uint64_t n)
+{
+    for (int i = 1; i < c->world; i++)
+        SC_TRY(wait_done(c, (c->rank + i) % c->world, n));
     return SC_OK;
+}
+
+/* Every rank is past its reads of and writes into the others' buffers. */
+static int all_done(sc_comm *c)
+{
+    return peers_done(c, count_done(c));
 }
 
 /* all_done for a rooted schedule, where only the root's buffers are reached by every
@@ -144,19 +160,10 @@ static int all_done(sc_comm *c)
  * rank still counts the barrier, so the counters stay level for the next one. */
 static int root_done(sc_comm *c, int root, int root_reaches)
 {
-    sc_stream_fence();
-    uint64_t n = ++c->barrier_seq;
-    sc_signal(&c->ranks[c->rank].barrier, n);
+    uint64_t n = count_done(c);
     if (c->rank != root)
-        return root_reaches ? sc_wait_ge(c, &c->ranks[root].barrier, n, root,
-                                         "waiting for the symmetric-buffer reads of", NULL)
-                            : SC_OK;
-    for (int i = 1; i < c->world; i++) {
-        int peer = (c->rank + i) % c->world;
-        SC_TRY(sc_wait_ge(c, &c->ranks[peer].barrier, n, peer,
-                          "waiting for the symmetric-buffer reads of", NULL));
-    }
-    return SC_OK;
+        return root_reaches ? wait_done(c, root, n) : SC_OK;
+    return peers_done(c, n);
 }
 
 /* dst[0, n) = src_0 (+) ... (+) src_{P-1} over items [off, off + n) of every rank's

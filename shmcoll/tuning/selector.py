@@ -118,7 +118,7 @@ def cost_table(collective, world, nbytes, model=None, variants=None):
     if "cma" in table and "symmetric" in table:
         # x is symmetric, so cma reads it by pointer too and adds only system calls
         # that write peers' buffers: never priced below the pointer schedules (P=2-4,
-        # 256 KiB-4 MiB AllReduce into a plain out: symmetric one-shot took 0.57-0.98x
+        # 256 KiB-4 MiB AllReduce into a plain out: symmetric one-shot took 0.54-0.98x
         # cma two-shot's time, which a write ratio under 0.5 had priced lower).
         least = table["symmetric"].seconds
         table["cma"] = replace(table["cma"], seconds=max(table["cma"].seconds, least))

@@ -88,9 +88,8 @@ def price(models, collective, terms, variant, unchanged=False):
     written (`unchanged`: bytes read before and left as they were); priced as
     symmetric's when `models` carries no measured cross-memory costs."""
     per_read, fresh, same, write = getattr(models, "cross_memory", ()) or DEFAULT_COSTS
-    written = getattr(terms, "written", 0.0)
-    ratio = (same if unchanged else fresh) * getattr(terms, "sharers", 1)
-    copies = (terms.moved - written) * 2 * ratio + written * 2 * write
+    ratio = (same if unchanged else fresh) * terms.sharers
+    copies = (terms.moved - terms.written) * 2 * ratio + terms.written * 2 * write
     read = Terms(terms.steps, terms.messages, copies, terms.reduced)
     seconds = symmetric.price(models, collective, read, variant, fit=None) + per_read * terms.reads
     if unchanged:
@@ -129,8 +128,11 @@ def variants(collective, world, nbytes):
     found = []
     for variant, code, t in symmetric.variants(collective, world, nbytes):
         reads = (world - 1) * (2 if variant == "two-shot" else 1)
-        written = {"allgather": t.moved, "two-shot": t.moved / 2}.get(
-            collective if collective != "allreduce" else variant, 0.0)
+        written = 0.0
+        if collective == "allgather":   # every row pushed
+            written = t.moved
+        if variant == "two-shot":       # blocks read to reduce, then the sum pushed
+            written = t.moved / 2
         if collective == "gather":
             t, reads = Terms(t.steps, t.messages, float(nbytes) / world, 0), 1
             written = t.moved
