@@ -148,8 +148,8 @@ class Communicator:
         model, self.model_source = calibration.model_for(self.world_size)
         variants = None
         if engine.cross_memory is not None:     # every rank reaches every other: price cma
-            model = dataclasses.replace(model, cross_memory=_shared_cores(
-                engine.cross_memory, self.world_size))
+            model = dataclasses.replace(model, cross_memory=engine.cross_memory,
+                                        ranks_per_cpu=_ranks_per_cpu(self.world_size))
             variants = selector.cross_memory_variants(self.world_size)
         debug = str(get("SHMCOLL_DEBUG")).upper() in ("INFO", "TRACE")
         engine.decider = Decider(self.world_size, model, self._rules, variants,
@@ -557,15 +557,13 @@ def _tuning(world):
     return mode == "auto" and world <= job_cpus()
 
 
-def _shared_cores(costs, world):
-    """Cross-memory costs as one rank pays them in a job of `world` ranks (rank 0
-    measured one read of one peer, alone).  A read's fixed cost is the reader's CPU
-    time, so where ranks outnumber the usable CPUs the ranks' reads queue for the same
-    cores.  (Ranks copying the same pages at once contend for them too: the model
-    counts them per schedule, tuning.algorithms.cma.)"""
+def _ranks_per_cpu(world):
+    """The job's ranks over its usable CPUs where they outnumber them, else 1 (the
+    same on every rank, however each is bound): rank 0 measured cross-memory costs
+    with one reader alone on its core, and where ranks outnumber the CPUs the ranks'
+    reads queue for the same cores (tuning.algorithms.cma)."""
     from shmcoll._core.topology import job_cpus
-    per_read, *ratios = costs
-    return (per_read * max(1.0, world / max(1, job_cpus())), *ratios)
+    return max(1.0, world / max(1, job_cpus()))
 
 
 def _join_settings():

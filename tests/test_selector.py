@@ -324,6 +324,43 @@ def test_cma_writes_are_priced_by_the_write_ratio_and_shared_reads_by_their_read
     assert shared == pytest.approx(alone)
 
 
+def test_cma_reduce_pays_for_its_own_copies_and_for_every_rank_working_at_once():
+    """Reduce's fit may fold direct's copies into γ (its root combines each peer's slot
+    as it reads it: β 0): cma's kernel copy is a pass of its own, priced by the fit's
+    shared β; and where ranks outnumber CPUs every rank's share of the reduction takes
+    ranks_per_cpu times as long, as does every system call (algorithms.cma)."""
+    from shmcoll.tuning.algorithms import cma, symmetric
+    n, P, per_read, ratio, write = 1 << 22, 4, 2e-6, 0.5, 0.25
+    folded = CostModel(alpha=3e-6, overhead=0.0, beta=40e-12, gamma=150e-12,
+                       setup=(("direct", 4e-6),), bandwidth=(("direct", 0.0), ("ring", 80e-12)))
+    (variant, _, t), = cma.variants("reduce", P, n)
+
+    def priced(crowding, rho=ratio):
+        models = Models(folded, (), (per_read, rho, rho / 4, write), crowding)
+        return cma.price(models, "reduce", t, variant)
+    copies = (t.moved - t.written) * 2 * ratio + t.written * 2 * write
+    fixed = symmetric.price(folded, "reduce", Terms(t.steps, t.messages), variant)
+    for crowding in (1.0, 2.0):
+        work = copies * folded.beta + t.reduced * folded.gamma
+        assert priced(crowding) == pytest.approx(
+            fixed + crowding * work + crowding * per_read * t.reads)
+    assert priced(1.0, rho=0.9) > priced(1.0, rho=0.3)     # the copies are not free
+    # the other collectives keep their fit's own terms; only σ follows the crowding
+    (variant, _, t), = cma.variants("allgather", P, n)
+    alone, crowded = (cma.price(Models(M, cross_memory=(per_read, ratio, 0.1, write),
+                                       ranks_per_cpu=c), "allgather", t, variant)
+                      for c in (1.0, 2.0))
+    assert crowded - alone == pytest.approx(per_read * t.reads)
+
+
+def test_a_communicator_prices_cma_with_its_ranks_per_usable_cpu():
+    from shmcoll.communicator import _ranks_per_cpu
+    from shmcoll._core.topology import job_cpus
+    cpus = job_cpus()
+    assert _ranks_per_cpu(1) == 1.0 and _ranks_per_cpu(cpus) == 1.0
+    assert _ranks_per_cpu(4 * cpus) == 4.0
+
+
 @pytest.mark.parametrize("ratio,picked", [(0.3, True), (3.0, False)])
 def test_cma_is_picked_only_where_its_measured_reads_make_it_cheapest(ratio, picked):
     models = Models(M, cross_memory=(1e-6, ratio, ratio / 4, ratio))

@@ -25,11 +25,13 @@ byte written into a peer as ω times it, plus a fixed cost per system call:
 
 priced by the collective's own fit — the one that prices the channel schedules cma
 competes with, so no difference between two fits can make it look cheap (the AllGather
-fit's β is not the AllReduce fit's).  ρ (a cross-memory read of bytes a peer has just
+fit's β is not the AllReduce fit's); Reduce's fit prices a byte as its direct root
+pays it, alone, and cma's Reduce adds what every rank working at once costs
+(_shared_reduce).  ρ (a cross-memory read of bytes a peer has just
 written, over the same bytes' two copies through a channel), ω (a write of bytes in
 the writer's cache, as a pushed row or reduced block is, over the same) and σ (a
-small read) are measured by rank 0 — with rank 1 — at creation and are the same on
-every rank (Models.cross_memory; three creations on a 2-core Xeon measured ω
+small read, scaled by Models.ranks_per_cpu) are measured by rank 0 — with rank 1 — at
+creation and are the same on every rank (Models.cross_memory; three creations on a 2-core Xeon measured ω
 0.25-0.43 beside ρ 0.63-1.04).  s counts the ranks that read the same pages at once,
 which contend for them (the kernel pins every page it copies): P-1 for Broadcast's
 receivers and one-shot AllReduce, 1 where each page is read or written by one rank (a
@@ -59,7 +61,7 @@ from dataclasses import dataclass
 
 from shmcoll._engine import SCHEDULE_CODES
 from shmcoll.tuning.algorithms import symmetric
-from shmcoll.tuning.algorithms.terms import Terms
+from shmcoll.tuning.algorithms.terms import Terms, model_for_collective
 
 NAME = "cma"
 CODE = SCHEDULE_CODES["cma"]
@@ -88,10 +90,16 @@ def price(models, collective, terms, variant, unchanged=False):
     written (`unchanged`: bytes read before and left as they were); priced as
     symmetric's when `models` carries no measured cross-memory costs."""
     per_read, fresh, same, write = getattr(models, "cross_memory", ()) or DEFAULT_COSTS
+    crowding = getattr(models, "ranks_per_cpu", 1.0)
+    per_read *= crowding        # a read's fixed cost is its reader's CPU time
     ratio = (same if unchanged else fresh) * terms.sharers
     copies = (terms.moved - terms.written) * 2 * ratio + terms.written * 2 * write
-    read = Terms(terms.steps, terms.messages, copies, terms.reduced)
-    seconds = symmetric.price(models, collective, read, variant, fit=None) + per_read * terms.reads
+    if collective == "reduce":
+        seconds = _shared_reduce(models, terms, variant, copies, crowding)
+    else:
+        read = Terms(terms.steps, terms.messages, copies, terms.reduced)
+        seconds = symmetric.price(models, collective, read, variant, fit=None)
+    seconds += per_read * terms.reads
     if unchanged:
         return seconds
     # A kernel read of fresh bytes costs at least a load of them where they lie: never
@@ -99,6 +107,21 @@ def price(models, collective, terms, variant, unchanged=False):
     # offered, and a low ρ must not put the syscall ahead of the pointer).
     return max(seconds, symmetric.price(models, collective, terms, variant) +
                per_read * terms.reads)
+
+
+def _shared_reduce(models, terms, variant, copies, crowding):
+    """cma Reduce by the Reduce fit.  That fit is made on schedules whose direct one
+    reduces on the root alone, reading each peer's slot as it combines it: it may fold
+    direct's copies into γ (β 0, as the reference's 4-rank fit does) and prices a byte
+    as one rank working alone pays it.  cma's kernel copy is a pass of its own, priced
+    by the fit's shared β where direct's is lower, and every rank reads and reduces its
+    block at once, so where ranks outnumber CPUs that work takes `crowding` times as
+    long (4 ranks on 2 cores, 16 KiB-64 MiB: it took 0.66-1.1x this price; priced as
+    one rank alone, 2.3-2.9x its price from 512 KiB)."""
+    model = model_for_collective(models, "reduce")
+    beta = max(model.beta_of(symmetric.PRICED_AS), model.beta)
+    fixed = symmetric.price(model, "reduce", Terms(terms.steps, terms.messages), variant)
+    return fixed + crowding * (copies * beta + terms.reduced * model.gamma)
 
 
 def least_price(models, collective, terms, variant):

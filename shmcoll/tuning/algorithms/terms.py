@@ -68,12 +68,16 @@ class Models:
     """One CostModel per collective: each collective's schedules are calibrated on
     their own measurements (the busiest rank of a star and of a ring use memory
     differently), with `default` for collectives not calibrated.  `cross_memory`:
-    (seconds of a small read, ρ, ρ for bytes unchanged since they were last read) of
-    cross-memory attach as the communicator measured them (algorithms.cma), empty where
-    it cannot be used."""
+    (seconds of a small read, ρ, ρ for bytes unchanged since they were last read, ω)
+    of cross-memory attach as the communicator measured them (algorithms.cma), empty
+    where it cannot be used.  `ranks_per_cpu`: the job's ranks over its usable CPUs
+    where they outnumber them, else 1 — how much longer work that every rank does at
+    once takes than one rank alone on a core (the fits price it for the schedules they
+    were measured on; cma's system calls and its Reduce need it on top)."""
     default: CostModel = CostModel()
     by_collective: tuple = ()      # ((collective, CostModel), ...)
     cross_memory: tuple = ()
+    ranks_per_cpu: float = 1.0
 
     def for_collective(self, collective):
         return dict(self.by_collective).get(collective, self.default)
