@@ -180,6 +180,25 @@ def reuse_at_once(comm, rounds):
     return wrong
 
 
+def two_shot_in_chunks(comm, n, rounds):
+    """cma two-shot AllReduce of blocks several chunks long (each pushed as it is
+    reduced, with no middle barrier), out of place and in place, the last rank late
+    every other round: [(variant run, results wrong)]."""
+    P, r = comm.world_size, comm.rank
+    taken, wrong = set(), 0
+    out = np.empty(n, np.float32)
+    for k in range(rounds):
+        x = rank_values(r, n, np.float32, k)
+        want = sum(rank_values(q, n, np.float32, k) for q in range(P))
+        if r == P - 1 and k % 2:
+            time.sleep(0.003)
+        taken.add(comm.algorithm_for("allreduce", x.nbytes, algo="cma"))
+        wrong += int(np.count_nonzero(comm.allreduce(x, out=out, algo="cma") != want))
+        comm.allreduce(x, out=x, algo="cma")
+        wrong += int(np.count_nonzero(x != want))
+    return taken, wrong
+
+
 def nonblocking(comm):
     x = rank_values(comm.rank, 70001, np.float32)
     works = [comm.allreduce(x, out=x, algo="cma", async_op=True),

@@ -47,6 +47,15 @@ def test_a_rank_may_write_its_array_as_soon_as_the_call_returned(cma_pools, P):
     assert cma_pools(P).run(cw.reuse_at_once, 200) == [0] * P
 
 
+@pytest.mark.parametrize("P", [2, 3, 4])
+def test_two_shot_pushes_blocks_of_several_chunks(cma_pools, P):
+    """Blocks of 3.4 chunks (256 KiB each) and an uneven last block: every chunk
+    reduced and pushed into every peer, in place too, whoever is late."""
+    n = P * 3 * (1 << 16) * 9 // 8 + P - 1
+    for taken, wrong in cma_pools(P).run(cw.two_shot_in_chunks, n, 4):
+        assert taken == {"cma (two-shot)"} and wrong == 0
+
+
 def test_nonblocking_cma(cma_pools):
     P = 3
     want = sum(rank_values(q, 70001, np.float32) for q in range(P))

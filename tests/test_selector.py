@@ -274,21 +274,28 @@ def test_cma_is_the_symmetric_schedule_with_its_reads_priced_by_the_measured_rat
     models = Models(M, cross_memory=(per_read, ratio, unchanged, write))
     written = {"one-shot": 0.0, "two-shot": n * (P - 1) / P}
     sharers = {"one-shot": P - 1, "two-shot": 1}
+    # two-shot pushes each reduced chunk as it makes it: no middle barrier, and per
+    # 256 KiB of its block P-1 reads and P-1 writes
+    barriers = {"one-shot": 0, "two-shot": 1}
+    calls = {"one-shot": (P - 1) * (1 + n / cma.CHUNK), "two-shot": 2 * (P - 1) * n / P / cma.CHUNK}
     for (variant, code, t), (sym_variant, _, s) in zip(cma.variants("allreduce", P, n),
                                                        symmetric.variants("allreduce", P, n)):
         assert variant == sym_variant and code in (cma.CODE, cma.CODE_TWO_SHOT)
         assert t.written == written[variant] and t.sharers == sharers[variant]
+        assert (t.steps, t.messages) == (s.steps - barriers[variant],
+                                         s.messages - barriers[variant] * (P - 1))
+        assert t.reads == pytest.approx(calls[variant])
         for rho, price in ((ratio, cma.price), (unchanged, cma.least_price)):
             copies = (s.moved - t.written) * 2 * rho * t.sharers + t.written * 2 * write
-            read = Terms(s.steps, s.messages, copies, s.reduced)
+            read = Terms(t.steps, t.messages, copies, s.reduced)
             want = symmetric.price(models, "allreduce", read, variant, fit=None) + per_read * t.reads
             if price is cma.price:      # fresh bytes: never below the symmetric schedule
-                want = max(want, symmetric.price(models, "allreduce", s, variant) +
+                want = max(want, symmetric.price(models, "allreduce", t, variant) +
                            per_read * t.reads)
             assert price(models, "allreduce", t, variant) == pytest.approx(want)
         # fresh bytes: never below the symmetric schedule (pointer loads, no syscall)
         cheap = Models(M, cross_memory=(per_read, 0.01, 0.01, 0.01))
-        floor = symmetric.price(cheap, "allreduce", s, variant) + per_read * t.reads
+        floor = symmetric.price(cheap, "allreduce", t, variant) + per_read * t.reads
         assert cma.price(cheap, "allreduce", t, variant) == pytest.approx(floor)
         assert cma.least_price(cheap, "allreduce", t, variant) < floor
     (_, _, t), = cma.variants("broadcast", P, n)

@@ -31,8 +31,9 @@
  *             the other.  Where only the root's buffers are reached by all
  *             (Broadcast, Gather, Reduce over symmetric arrays) the peers wait for
  *             the root alone, or not at all (root_done).
- * Two-shot AllReduce adds one between its halves (every block reduced before any is
- * copied).  Every reduction combines the P sources in rank order, so every rank
+ * Over symmetric x two-shot AllReduce adds one between its halves (every block
+ * reduced before any is pulled); with cma, whose ranks push their blocks, none is
+ * needed.  Every reduction combines the P sources in rank order, so every rank
  * computes the same bits. */
 #include <string.h>
 
@@ -229,11 +230,30 @@ int sc_single_copy_allreduce(sc_comm *c, const sc_args *a, const sc_kernels *k)
     return SC_OK;
 }
 
-/* Two-shot: rank r reduces block r of every x into block r of its out, then every
- * out gets every block: with cma rank r pushes its block (still in its cache) into
- * the others' out, else every rank pulls each block from the rank that reduced it.
- * In place (out is x) too: block r of x_q is read only by rank r, before the middle
- * barrier, and written after it. */
+/* Items [off, off + n) of this rank's out = their reduction over every x, a slot's
+ * worth at a time, each pushed into every peer's out while it is still in this
+ * rank's cache. */
+static int reduce_and_push(sc_comm *c, const sc_kernels *k, const sources *x,
+                           const sources *out, char *own_out, size_t off, size_t n,
+                           int in_place)
+{
+    size_t isz = k->itemsize, chunk = c->slot_bytes / k->accsize;
+    for (size_t start = 0; start < n; start += chunk) {
+        size_t m = sc_min(n - start, chunk), at = (off + start) * isz;
+        SC_TRY(reduce_sources(c, k, x, off + start, m, own_out + at, in_place));
+        for (int i = 1; i < c->world; i++)
+            SC_TRY(copy_to(c, out, (c->rank + i) % c->world, at, own_out + at, m * isz, 0));
+    }
+    return SC_OK;
+}
+
+/* Two-shot: rank r reduces block r of every x into block r of its out, and every out
+ * gets every block.  Over symmetric x every rank pulls each block from the rank that
+ * reduced it, after a middle barrier (every block reduced before any is copied).  With
+ * cma rank r pushes its block into the others' out chunk by chunk as it reduces it,
+ * while the chunk is in its cache, and no middle barrier is needed: block r of every
+ * rank's x and out is reached by rank r alone — in place (out is x) too, where rank r
+ * reads block r of x_q before it writes it. */
 int sc_single_copy_two_shot(sc_comm *c, const sc_args *a, const sc_kernels *k)
 {
     sources x = of_x(c, a), out = of_out(c, a);
@@ -241,17 +261,15 @@ int sc_single_copy_two_shot(sc_comm *c, const sc_args *a, const sc_kernels *k)
     int in_place = a->out == a->x;
     SC_TRY(arrive(c));
     sc_block_range(a->count, c->world, c->rank, &off, &len);
+    if (!x.base) {
+        SC_TRY(reduce_and_push(c, k, &x, &out, (char *)a->out, off, len, in_place));
+        return all_done(c);
+    }
     SC_TRY(reduce_sources(c, k, &x, off, len, (char *)a->out + off * isz, in_place));
     SC_TRY(all_done(c));
     int stream = sc_use_stream(c, a->count * isz) && !in_place;
-    const char *mine = (const char *)a->out + off * isz;
-    size_t mine_at = off * isz, mine_bytes = len * isz;
     for (int i = 1; i < c->world; i++) {
         int q = (c->rank + i) % c->world;
-        if (!x.base) {
-            SC_TRY(copy_to(c, &out, q, mine_at, mine, mine_bytes, stream));
-            continue;
-        }
         sc_block_range(a->count, c->world, q, &off, &len);
         SC_TRY(copy_from(c, &out, q, off * isz, (char *)a->out + off * isz, len * isz, stream));
     }

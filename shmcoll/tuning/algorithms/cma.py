@@ -12,7 +12,8 @@ makes its result aside and copies it into x after the closing barrier.  The copi
 of AllGather and Gather go the other way (process_vm_writev): each rank pushes its
 own x into the others' out, so Gather's root no longer copies every row itself (its
 critical path is one row, n/P, where the symmetric schedule's is n(P-1)/P); two-shot
-AllReduce's ranks push their reduced blocks, and Broadcast's root pushes the first 1/P
+AllReduce's ranks push their reduced blocks (chunk by chunk as they make them, with no
+middle barrier), and Broadcast's root pushes the first 1/P
 of every receiver's copy while the receivers pull the rest (symmetric.py).  Reduce is
 shared the same way: every rank reduces one block of every x and writes it into the
 root's out (each moves n: (P-1)/P read, 1/P written; reduces n(P-1)/P), where over
@@ -146,27 +147,30 @@ def variants(collective, world, nbytes):
     chunk; a copy moves each part in one call (Broadcast's root pushes to every
     receiver; a Gather's rank pushes its one row); and the bytes the busiest rank
     writes into peers (AllGather's and Gather's rows, two-shot's reduced block,
-    Reduce's block), priced by ω where the bytes it reads are priced by ρ."""
+    Reduce's block), priced by ω where the bytes it reads are priced by ρ.  Two-shot
+    pushes each reduced chunk as it makes it, so it has no middle barrier: a
+    synchronisation (and its P-1 flags) fewer than over symmetric buffers."""
     codes = {symmetric.CODE: CODE, symmetric.CODE_TWO_SHOT: CODE_TWO_SHOT}
+    block = float(nbytes) / world
     found = []
     for variant, code, t in symmetric.variants(collective, world, nbytes):
-        reads = (world - 1) * (2 if variant == "two-shot" else 1)
+        reads = world - 1
         written = 0.0
         if collective == "allgather":   # every row pushed
             written = t.moved
-        if variant == "two-shot":       # blocks read to reduce, then the sum pushed
-            written = t.moved / 2
-        if collective == "gather":
-            t, reads = Terms(t.steps, t.messages, float(nbytes) / world, 0), 1
+        elif collective == "gather":
+            t, reads = Terms(t.steps, t.messages, block, 0), 1
             written = t.moved
-        if collective == "reduce":      # every rank reduces a block: reads it, writes it
-            share = float(nbytes) * (world - 1) / world
-            t = Terms(t.steps, t.messages, float(nbytes), share)
-            written = float(nbytes) / world
-            # chunk by chunk of its block: a read of every peer's piece, a write of the sum
-            reads = world * max(1.0, written / CHUNK)
+        elif variant == "two-shot":     # per chunk of its block: P-1 reads, P-1 pushes
+            t = Terms(t.steps - 1, t.messages - (world - 1), t.moved, t.reduced)
+            written = t.moved / 2
+            reads = 2 * (world - 1) * max(1.0, block / CHUNK)
+        elif collective == "reduce":    # per chunk of its block: P-1 reads, 1 write
+            t = Terms(t.steps, t.messages, float(nbytes), t.reduced / world)
+            written = block
+            reads = world * max(1.0, block / CHUNK)
         elif t.reduced:
-            reads += (t.moved - written) / CHUNK
+            reads += t.moved / CHUNK
         found.append((NAME if variant == symmetric.NAME else variant, codes[code],
                       ReadTerms(t.steps, t.messages, t.moved, t.reduced, reads, written,
                                 _sharers(collective, variant, world))))

@@ -43,16 +43,15 @@ COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce"
 
 
 PRICED_AS = "direct"
-_SYNCHRONISATIONS = {"one-shot": 2, "two-shot": 3}
 
 
 def price(models, collective, terms, variant, fit="allreduce"):
     """Seconds of one variant of `collective` (see the module's text): `models` is a
     Models or a CostModel, whose `fit` (the AllReduce one) prices every collective
-    here."""
+    here.  Each step is a synchronisation: direct's fixed cost counts once per step."""
     model = model_for_collective(models, fit or collective)
     fixed = dict(model.setup).get(PRICED_AS, 0.0) if model.setup else 0.0
-    return model.seconds(terms, PRICED_AS) + (_SYNCHRONISATIONS.get(variant, 2) - 1) * fixed
+    return model.seconds(terms, PRICED_AS) + max(0, terms.steps - 1) * fixed
 
 
 def variants(collective, world, nbytes):
