@@ -13,8 +13,8 @@ of AllGather and Gather go the other way (process_vm_writev): each rank pushes i
 own x into the others' out, so Gather's root no longer copies every row itself (its
 critical path is one row, n/P, where the symmetric schedule's is n(P-1)/P); two-shot
 AllReduce's ranks push their reduced blocks (chunk by chunk as they make them, with no
-middle barrier), and Broadcast's root pushes the first 1/P
-of every receiver's copy while the receivers pull the rest (symmetric.py).  Reduce is
+middle barrier), and Broadcast's root pushes the first 1/P of every receiver's copy
+while the receivers pull the rest (symmetric.py).  Reduce is
 shared the same way: every rank reduces one block of every x and writes it into the
 root's out (each moves n: (P-1)/P read, 1/P written; reduces n(P-1)/P), where over
 symmetric arrays the root reduces it all.  The cost
@@ -28,18 +28,18 @@ priced by the collective's own fit — the one that prices the channel schedules
 competes with, so no difference between two fits can make it look cheap (the AllGather
 fit's β is not the AllReduce fit's); Reduce's fit prices a byte as its direct root
 pays it, alone, and cma's Reduce adds what every rank working at once costs
-(_shared_reduce).  ρ (a cross-memory read of bytes a peer has just
-written, over the same bytes' two copies through a channel), ω (a write of bytes in
-the writer's cache, as a pushed row or reduced block is, over the same) and σ (a
-small read, scaled by Models.ranks_per_cpu) are measured by rank 0 — with rank 1 — at
-creation and are the same on every rank (Models.cross_memory; three creations on a 2-core Xeon measured ω
+(_shared_reduce).  ρ (a cross-memory read of bytes a peer has just written, over the
+same bytes' two copies through a channel), ω (a write of bytes in the writer's cache,
+as a pushed row or reduced block is, over the same) and σ (a small read, scaled by
+Models.ranks_per_cpu) are measured by rank 0 — with rank 1 — at creation and are the
+same on every rank (Models.cross_memory; three creations on a 2-core Xeon measured ω
 0.25-0.43 beside ρ 0.63-1.04).  s counts the ranks that read the same pages at once,
 which contend for them (the kernel pins every page it copies): P-1 for Broadcast's
 receivers and one-shot AllReduce, 1 where each page is read or written by one rank (a
-block by the rank reducing it, a row or reduced block pushed into a peer).  At 4 ranks on 2 cores
-cma Gather took 0.44-0.63x the time of the binomial tree from 512 KiB and AllGather
-0.8-0.95x direct's, where counting every rank as a concurrent reader had priced both
-out.  Where ρ ≥ 1 (on some machines the kernel's page pinning makes a read slower
+block by the rank reducing it, a row or reduced block pushed into a peer).  At 4
+ranks on 2 cores cma Gather took 0.44-0.63x the time of the binomial tree from 512 KiB
+and AllGather 0.8-0.95x direct's, where counting every rank as a concurrent reader had
+priced both out.  Where ρ ≥ 1 (on some machines the kernel's page pinning makes a read slower
 than two copies) the cost model never picks cma for reads; where it is well below 1,
 single copy wins from mid sizes.
 
