@@ -230,19 +230,27 @@ int sc_single_copy_allreduce(sc_comm *c, const sc_args *a, const sc_kernels *k)
     return SC_OK;
 }
 
-/* Items [off, off + n) of this rank's out = their reduction over every x, a slot's
- * worth at a time, each pushed into every peer's out while it is still in this
- * rank's cache. */
+/* Items [off, off + n) reduced over every x a slot's worth at a time, each chunk
+ * written into rank `to`'s out (every peer's where `to` < 0) while it is still in
+ * this rank's cache.  A chunk is made in place in this rank's own out (`own_out`),
+ * or where own_out is NULL in a private buffer. */
 static int reduce_and_push(sc_comm *c, const sc_kernels *k, const sources *x,
                            const sources *out, char *own_out, size_t off, size_t n,
-                           int in_place)
+                           int in_place, int to)
 {
     size_t isz = k->itemsize, chunk = c->slot_bytes / k->accsize;
+    char *made = own_out || !n ? NULL : sc_wide(c, sc_min(n, chunk) * isz);
+    if (!own_out && n && !made)
+        return SC_ENOMEM;
     for (size_t start = 0; start < n; start += chunk) {
         size_t m = sc_min(n - start, chunk), at = (off + start) * isz;
-        SC_TRY(reduce_sources(c, k, x, off + start, m, own_out + at, in_place));
-        for (int i = 1; i < c->world; i++)
-            SC_TRY(copy_to(c, out, (c->rank + i) % c->world, at, own_out + at, m * isz, 0));
+        char *dst = own_out ? own_out + at : made;
+        SC_TRY(reduce_sources(c, k, x, off + start, m, dst, in_place));
+        for (int i = 1; i < c->world; i++) {
+            int q = (c->rank + i) % c->world;
+            if (to < 0 || q == to)
+                SC_TRY(copy_to(c, out, q, at, dst, m * isz, 0));
+        }
     }
     return SC_OK;
 }
@@ -262,7 +270,7 @@ int sc_single_copy_two_shot(sc_comm *c, const sc_args *a, const sc_kernels *k)
     SC_TRY(arrive(c));
     sc_block_range(a->count, c->world, c->rank, &off, &len);
     if (!x.base) {
-        SC_TRY(reduce_and_push(c, k, &x, &out, (char *)a->out, off, len, in_place));
+        SC_TRY(reduce_and_push(c, k, &x, &out, (char *)a->out, off, len, in_place, -1));
         return all_done(c);
     }
     SC_TRY(reduce_sources(c, k, &x, off, len, (char *)a->out + off * isz, in_place));
@@ -325,23 +333,6 @@ int sc_single_copy_broadcast(sc_comm *c, const sc_args *a, const sc_kernels *k)
     return root_done(c, a->root, head != 0);
 }
 
-/* Items [off, off + n) of the root's out = their reduction over every x, made here
- * a slot's worth at a time and written into the root's process (cma). */
-static int reduce_into_root(sc_comm *c, const sc_args *a, const sc_kernels *k,
-                            const sources *x, const sources *out, size_t off, size_t n)
-{
-    size_t isz = k->itemsize, chunk = c->slot_bytes / k->accsize;
-    char *made = n ? sc_wide(c, sc_min(n, chunk) * isz) : NULL;
-    if (n && !made)
-        return SC_ENOMEM;
-    for (size_t start = 0; start < n; start += chunk) {
-        size_t m = sc_min(n - start, chunk), at = (off + start) * isz;
-        SC_TRY(reduce_sources(c, k, x, off + start, m, made, 0));
-        SC_TRY(copy_to(c, out, a->root, at, made, m * isz, 0));
-    }
-    return SC_OK;
-}
-
 /* The root's out = every x reduced.  With symmetric x the root reduces it all.  With
  * cma every rank reduces block r (its pieces read from every x) and writes it into
  * the root's out, so the ranks share the work the root did alone (in place, block r
@@ -361,7 +352,7 @@ int sc_single_copy_reduce(sc_comm *c, const sc_args *a, const sc_kernels *k)
         SC_TRY(reduce_sources(c, k, &x, off, len, (char *)a->out + off * isz,
                               a->out == a->x));
     else
-        SC_TRY(reduce_into_root(c, a, k, &x, &out, off, len));
+        SC_TRY(reduce_and_push(c, k, &x, &out, NULL, off, len, 0, a->root));
     return all_done(c);
 }
 
