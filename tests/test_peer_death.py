@@ -10,7 +10,7 @@ import pytest
 
 import shmcoll
 from procs import cleaned_up, rank_env, spawn
-from workers import kill_self_on, late_calls_then_close
+from workers import kill_self_on, late_calls_then_close, late_for_a_call_given_up
 
 
 def start(rank, world, job, count, *mode):
@@ -100,3 +100,18 @@ def test_a_peer_that_closes_right_after_its_last_call_is_not_lost(collective):
     for _ in range(3):
         results = shmcoll.launch(late_calls_then_close, P, args=(collective, 8, 0.02))
         assert results == [expected] * P
+
+
+@pytest.mark.parametrize("algo", ["direct", "tree", "ring"])
+@pytest.mark.parametrize("P", [2, 3])
+def test_a_call_its_peers_gave_up_fails_on_the_late_rank(P, algo, monkeypatch, tmp_path):
+    """The late rank may find everything it needs already written, yet its peers raised
+    TimeoutError (or, waiting on a rank that timed out, PeerLostError): it raises
+    PeerLostError naming one of them, never returns a result."""
+    monkeypatch.setenv("SHMCOLL_TIMEOUT", "1")
+    outcomes = shmcoll.launch(late_for_a_call_given_up, P, args=(algo, str(tmp_path / "flag")))
+    early = [o[0] for o in outcomes[:-1]]
+    assert "TimeoutError" in early and set(early) <= {"TimeoutError", "PeerLostError"}, outcomes
+    kind, _, message = outcomes[-1]
+    assert kind == "PeerLostError", outcomes
+    assert re.search(r"rank [0-9] failed|given up by rank [0-9]", message), message

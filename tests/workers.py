@@ -207,6 +207,21 @@ def other_thread_runs_while_waiting(comm, sleeper, seconds):
     return baseline, counts
 
 
+def late_for_a_call_given_up(comm, algo, flag):
+    """Every rank but the last times out in an allreduce the last rank makes only once
+    `flag` exists (rank 0 creates it after its TimeoutError).  The others had already
+    written their part, so the last rank could finish the call: it must fail it instead
+    (PeerLostError), not return a result of a call its peers report as failed."""
+    x = np.ones(4, np.float32)
+    last = comm.world_size - 1
+    if comm.rank == last:
+        _wait_for_file(flag)
+    outcome = _outcome(lambda: comm.allreduce(x, algo=algo))
+    if comm.rank == 0:
+        open(flag, "w").close()
+    return outcome
+
+
 def late_calls_then_close(comm, collective, rounds, late):
     """`rounds` calls of `collective` (barrier or a small allreduce), each with one
     rank, in turn, `late` seconds late, while a second thread of every rank keeps the

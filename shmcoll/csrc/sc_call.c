@@ -82,6 +82,29 @@ int sc_call_check_all(sc_comm *c)
     return SC_OK;
 }
 
+/* A call that failed on one rank after others had what they needed from it would
+ * succeed on them, and the ranks would disagree on whether it happened.  A rank that
+ * gives up records the call; a rank that finished it looks before returning.  (A rank
+ * giving up after that look cannot be seen: its peers' results are whole then.) */
+void sc_call_abandon(sc_comm *c, uint64_t call)
+{
+    atomic_store_explicit(&c->ranks[c->rank].abandoned, call, memory_order_release);
+    sc_wake_peers(c);
+}
+
+int sc_call_check_abandoned(sc_comm *c)
+{
+    for (int i = 1; i < c->world; i++) {
+        int peer = (c->rank + i) % c->world;
+        if (atomic_load_explicit(&c->ranks[peer].abandoned, memory_order_acquire) == c->call_seq) {
+            c->err_peer = c->err_waited = peer;
+            c->err_what = "finishing a call given up by";
+            return SC_EPEERLOST;
+        }
+    }
+    return SC_OK;
+}
+
 uint64_t sc_call_number(const sc_comm *c) { return c->call_seq; }
 
 void sc_mismatch_info(const sc_comm *c, int64_t out[6])

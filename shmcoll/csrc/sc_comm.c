@@ -341,20 +341,26 @@ void sc_request_close(sc_comm *c)
         atomic_store_explicit(&c->closing, 1, memory_order_release);
 }
 
-void sc_detach(sc_comm *c, int failed)
+/* Wakes anyone asleep on a flag this rank would have written, so they notice at once
+ * that it left or gave up. */
+void sc_wake_peers(sc_comm *c)
 {
-    if (!c)
-        return;
-    sc_rank_block *me = &c->ranks[c->rank];
-    atomic_store_explicit(&me->state, failed ? SC_RANK_FAILED : SC_RANK_CLOSED, memory_order_release);
-    /* Wake anyone asleep on a flag we would have written, so they notice at once. */
     for (int peer = 0; peer < c->world; peer++) {
         sc_signal(&c->send[peer].ch->head, c->send[peer].seq);
         sc_signal(&c->recv[peer].ch->tail, c->recv[peer].seq);
         sc_signal(&c->p2p_send[peer].ch->head, c->p2p_send[peer].seq);
         sc_signal(&c->p2p_recv[peer].ch->tail, c->p2p_recv[peer].seq);
     }
-    sc_signal(&me->barrier, c->barrier_seq);
+    sc_signal(&c->ranks[c->rank].barrier, c->barrier_seq);
+}
+
+void sc_detach(sc_comm *c, int failed)
+{
+    if (!c)
+        return;
+    sc_rank_block *me = &c->ranks[c->rank];
+    atomic_store_explicit(&me->state, failed ? SC_RANK_FAILED : SC_RANK_CLOSED, memory_order_release);
+    sc_wake_peers(c);
     sc_p2p_free_stash(c);
     free(c->send);
     free(c->scratch);

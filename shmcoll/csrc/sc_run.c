@@ -3,9 +3,10 @@
  * Resolves the kernels, refuses a broken communicator, publishes the call (so
  * peers can check it), completes world == 1 locally, runs the schedule of
  * (collective, algorithm), then checks the calls of every peer it has not checked
- * yet (those it only sent to, and those it exchanged nothing with).  A failure
- * half-way marks the communicator broken: its channels are mid-stream and no later
- * call could make sense of them. */
+ * yet (those it only sent to, and those it exchanged nothing with), and that no
+ * peer gave the call up.  A failure half-way marks the communicator broken: its
+ * channels are mid-stream and no later call could make sense of them.  The call is
+ * recorded as given up, so that peers fail it too. */
 #include <string.h>
 
 #include "sc_copy.h"
@@ -108,8 +109,10 @@ int sc_run(sc_comm *c, const sc_args *a)
         return SC_EINVAL;
     if (reducing(a->collective) && !(k = sc_kernels_for(a->dtype, a->op)))
         return SC_EINVAL;
-    if (c->broken)
+    if (c->broken) {
+        sc_call_abandon(c, c->call_seq + 1);    /* peers waiting for that call stop */
         return SC_EBROKEN;
+    }
     int symmetric = a->algo == SC_ALGO_SYMMETRIC || a->algo == SC_ALGO_SYMMETRIC_TWO_SHOT;
     if (symmetric && (!a->sym_x || (a->algo == SC_ALGO_SYMMETRIC_TWO_SHOT && !a->sym_out)))
         return SC_EINVAL;
@@ -132,7 +135,11 @@ int sc_run(sc_comm *c, const sc_args *a)
     sc_stream_fence();
     if (st == SC_OK)
         st = sc_call_check_all(c);
-    if (st != SC_OK)
+    if (st == SC_OK)
+        st = sc_call_check_abandoned(c);
+    if (st != SC_OK) {
         c->broken = 1;
+        sc_call_abandon(c, c->call_seq);
+    }
     return st;
 }
