@@ -24,7 +24,8 @@ class TimeoutError(ShmcollError, builtins.TimeoutError):
 
 
 class PeerLostError(ShmcollError):
-    """A peer died or closed its communicator while we were waiting for it."""
+    """A peer died or closed its communicator while we were waiting for it, or gave up
+    on the call this rank was finishing."""
 
     def __init__(self, message, rank=None):
         super().__init__(message)
