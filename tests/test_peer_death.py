@@ -109,9 +109,11 @@ def test_a_call_its_peers_gave_up_fails_on_the_late_rank(P, algo, monkeypatch, t
     TimeoutError (or, waiting on a rank that timed out, PeerLostError): it raises
     PeerLostError naming one of them, never returns a result."""
     monkeypatch.setenv("SHMCOLL_TIMEOUT", "1")
-    outcomes = shmcoll.launch(late_for_a_call_given_up, P, args=(algo, str(tmp_path / "flag")))
+    results = shmcoll.launch(late_for_a_call_given_up, P, args=(algo, str(tmp_path / "flag")))
+    outcomes = [outcome for outcome, _ in results]
     early = [o[0] for o in outcomes[:-1]]
     assert "TimeoutError" in early and set(early) <= {"TimeoutError", "PeerLostError"}, outcomes
+    assert [refused for _, refused in results[:-1]] == ["CommunicatorBrokenError"] * (P - 1)
     kind, _, message = outcomes[-1]
     assert kind == "PeerLostError", outcomes
     assert re.search(r"rank [0-9] failed|given up by rank [0-9]", message), message

@@ -209,17 +209,20 @@ def other_thread_runs_while_waiting(comm, sleeper, seconds):
 
 def late_for_a_call_given_up(comm, algo, flag):
     """Every rank but the last times out in an allreduce the last rank makes only once
-    `flag` exists (rank 0 creates it after its TimeoutError).  The others had already
-    written their part, so the last rank could finish the call: it must fail it instead
-    (PeerLostError), not return a result of a call its peers report as failed."""
+    `flag` exists (rank 0 creates it after its TimeoutError, and after a next call its
+    broken communicator refuses).  The others had already written their part, so the
+    last rank could finish the call: it must fail it instead (PeerLostError), not return
+    a result of a call its peers report as failed."""
     x = np.ones(4, np.float32)
     last = comm.world_size - 1
     if comm.rank == last:
         _wait_for_file(flag)
+        return _outcome(lambda: comm.allreduce(x, algo=algo)), None
     outcome = _outcome(lambda: comm.allreduce(x, algo=algo))
+    refused = _outcome(lambda: comm.allreduce(x, algo=algo))[0]
     if comm.rank == 0:
         open(flag, "w").close()
-    return outcome
+    return outcome, refused
 
 
 def late_calls_then_close(comm, collective, rounds, late):

@@ -90,8 +90,9 @@ typedef struct sc_rank_block {
     sc_call_slot calls[SC_CALL_HISTORY];
     _Alignas(SC_LINE) _Atomic int32_t pid;
     _Atomic int32_t state;           /* enum sc_rank_state */
-    /* The last call this rank gave up on half-way (0: none): peers that finish that
-     * call fail it too, rather than succeed where this rank reported a failure. */
+    /* The call this rank gave up on half-way (0: none; there is only one, for its
+     * communicator is broken then): peers that finish that call fail it too, rather
+     * than succeed where this rank reported a failure. */
     _Atomic uint64_t abandoned;
     /* Cross-memory attach (sc_cma.c): where this rank's probe word and its mapping
      * of the segment lie in its process (set before it counts itself attached), and,
@@ -316,8 +317,8 @@ void sc_call_begin(sc_comm *c, int collective, int64_t count, int dtype, int op,
                    int64_t sym_x, int64_t sym_out, const void *x, const void *out);
 int sc_call_check(sc_comm *c, int peer);
 int sc_call_check_all(sc_comm *c);
-/* A rank that gives up on its current call (or refuses the next one) says so; a rank
- * that finished a call fails it when some peer gave that call up. */
+/* A rank that gives up on its current call says so; a rank that finished a call
+ * fails it when some peer gave that call up. */
 void sc_call_abandon(sc_comm *c, uint64_t call);
 int sc_call_check_abandoned(sc_comm *c);
 void sc_wake_peers(sc_comm *c);     /* (sc_comm.c) */

@@ -109,10 +109,8 @@ int sc_run(sc_comm *c, const sc_args *a)
         return SC_EINVAL;
     if (reducing(a->collective) && !(k = sc_kernels_for(a->dtype, a->op)))
         return SC_EINVAL;
-    if (c->broken) {
-        sc_call_abandon(c, c->call_seq + 1);    /* peers waiting for that call stop */
+    if (c->broken)
         return SC_EBROKEN;
-    }
     int symmetric = a->algo == SC_ALGO_SYMMETRIC || a->algo == SC_ALGO_SYMMETRIC_TWO_SHOT;
     if (symmetric && (!a->sym_x || (a->algo == SC_ALGO_SYMMETRIC_TWO_SHOT && !a->sym_out)))
         return SC_EINVAL;

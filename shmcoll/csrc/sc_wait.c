@@ -96,9 +96,9 @@ static int peer_gone(sc_comm *c, int peer)
     int32_t state = atomic_load_explicit(&rb->state, memory_order_acquire);
     if (state == SC_RANK_CLOSED || state == SC_RANK_FAILED)
         return 1;
-    uint64_t abandoned = atomic_load_explicit(&rb->abandoned, memory_order_acquire);
-    if (abandoned && abandoned >= c->call_seq)
-        return 1;       /* it gave up on this call: what it has not written, it never will */
+    /* A rank that gave up on a call is broken: what it has not written, it never will. */
+    if (atomic_load_explicit(&rb->abandoned, memory_order_acquire))
+        return 1;
     int32_t pid = atomic_load_explicit(&rb->pid, memory_order_relaxed);
     return pid > 0 && sc_pid_dead(pid);
 }
