@@ -10,7 +10,8 @@ import pytest
 
 import shmcoll
 from procs import cleaned_up, rank_env, spawn
-from workers import kill_self_on, late_calls_then_close, late_for_a_call_given_up
+from workers import (kill_self_on, late_calls_then_close, late_for_a_call_closed_under_it,
+                     late_for_a_call_given_up)
 
 
 def start(rank, world, job, count, *mode):
@@ -117,3 +118,14 @@ def test_a_call_its_peers_gave_up_fails_on_the_late_rank(P, algo, monkeypatch, t
     kind, _, message = outcomes[-1]
     assert kind == "PeerLostError", outcomes
     assert re.search(r"rank [0-9] failed|given up by rank [0-9]", message), message
+
+
+@pytest.mark.parametrize("algo", ["direct", "tree"])
+@pytest.mark.parametrize("P", [2, 3])
+def test_a_call_closed_under_a_rank_fails_on_the_late_rank(P, algo, tmp_path):
+    """close() from another thread makes rank 0's call give up (ClosedError) after it
+    wrote its part; the late rank raises PeerLostError, the ranks between too."""
+    outcomes = shmcoll.launch(late_for_a_call_closed_under_it, P,
+                              args=(algo, str(tmp_path / "flag")))
+    assert outcomes[0][0] == "ClosedError", outcomes
+    assert [o[0] for o in outcomes[1:]] == ["PeerLostError"] * (P - 1), outcomes

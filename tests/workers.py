@@ -225,6 +225,26 @@ def late_for_a_call_given_up(comm, algo, flag):
     return outcome, refused
 
 
+def late_for_a_call_closed_under_it(comm, algo, flag):
+    """A thread of rank 0 is inside an allreduce (its part written, the last rank not
+    there yet) when rank 0's main thread closes the communicator: the call gives up
+    with ClosedError.  Then the last rank comes (once `flag` exists) and finds rank 0's
+    part written: it must raise PeerLostError, not return a result."""
+    x = np.ones(4, np.float32)
+    if comm.rank == comm.world_size - 1:
+        _wait_for_file(flag)
+        return _outcome(lambda: comm.allreduce(x, algo=algo))
+    if comm.rank != 0:
+        return _outcome(lambda: comm.allreduce(x, algo=algo))
+    t, box = _in_thread(lambda: comm.allreduce(x, algo=algo))
+    _until_inside(comm, t)
+    time.sleep(0.05)        # (lets it write its part: the case where the late rank could finish)
+    comm.close()
+    t.join()
+    open(flag, "w").close()
+    return box["result"][0], None, box["result"][1]
+
+
 def late_calls_then_close(comm, collective, rounds, late):
     """`rounds` calls of `collective` (barrier or a small allreduce), each with one
     rank, in turn, `late` seconds late, while a second thread of every rank keeps the

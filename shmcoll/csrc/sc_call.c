@@ -86,9 +86,9 @@ int sc_call_check_all(sc_comm *c)
  * succeed on them, and the ranks would disagree on whether it happened.  A rank that
  * gives up records the call; a rank that finished it looks before returning.  (A rank
  * giving up after that look cannot be seen: its peers' results are whole then.) */
-void sc_call_abandon(sc_comm *c, uint64_t call)
+void sc_call_abandon(sc_comm *c)
 {
-    atomic_store_explicit(&c->ranks[c->rank].abandoned, call, memory_order_release);
+    atomic_store_explicit(&c->ranks[c->rank].abandoned, c->call_seq, memory_order_release);
     sc_wake_peers(c);
 }
 

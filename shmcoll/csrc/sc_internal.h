@@ -319,7 +319,7 @@ int sc_call_check(sc_comm *c, int peer);
 int sc_call_check_all(sc_comm *c);
 /* A rank that gives up on its current call says so; a rank that finished a call
  * fails it when some peer gave that call up. */
-void sc_call_abandon(sc_comm *c, uint64_t call);
+void sc_call_abandon(sc_comm *c);
 int sc_call_check_abandoned(sc_comm *c);
 void sc_wake_peers(sc_comm *c);     /* (sc_comm.c) */
 

@@ -137,7 +137,7 @@ int sc_run(sc_comm *c, const sc_args *a)
         st = sc_call_check_abandoned(c);
     if (st != SC_OK) {
         c->broken = 1;
-        sc_call_abandon(c, c->call_seq);
+        sc_call_abandon(c);
     }
     return st;
 }
