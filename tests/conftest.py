@@ -14,11 +14,20 @@ from rankpool import RankPool  # noqa: E402
 def pytest_addoption(parser):
     parser.addoption("--soak-full", action="store_true",
                      help="run the soak at full size: 10,000 collectives, 10^6 ring messages")
+    parser.addoption("--full", action="store_true",
+                     help="run every case of the matrices; without it, beyond four ranks "
+                          "the matrix runs a fixed half of its cases and alltoall skips "
+                          "P = 6, 7 (what a plain `pytest`, and so CI, runs)")
 
 
 @pytest.fixture
 def soak_full(request):
     return request.config.getoption("--soak-full")
+
+
+@pytest.fixture
+def full(request):
+    return request.config.getoption("--full")
 
 
 @pytest.fixture(scope="session", autouse=True)

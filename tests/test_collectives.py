@@ -1,7 +1,10 @@
 """Every collective x algorithm x op x dtype x shape at P = 1, 2, 3, 4, 5, 8 against
 the numpy reference, in place and out of place, with odd roots, and every rank's
-result bitwise identical.  Inputs are small integers, so every summation order gives
+result bitwise identical (beyond four ranks a fixed half of the cases; all with
+`pytest --full`).  Inputs are small integers, so every summation order gives
 the same bits and the reference can be exact for all algorithms."""
+import zlib
+
 import numpy as np
 import pytest
 
@@ -62,9 +65,17 @@ def cases_for(P):
     return cases
 
 
+def fixed_half(cases):
+    """Half of `cases`, the same half on every run (by a hash of each case, so every
+    collective, algorithm and dtype keeps about half of its cases)."""
+    return [c for c in cases if zlib.crc32(repr(c).encode()) % 2 == 0]
+
+
 @pytest.mark.parametrize("P", WORLDS)
-def test_matrix_against_numpy(pools, P):
+def test_matrix_against_numpy(pools, full, P):
     cases = cases_for(P)
+    if P > 4 and not full:      # beyond four ranks schedules repeat their shapes
+        cases = fixed_half(cases)
     per_rank = pools(P).run(run_cases, cases)
     wrong = []
     for i, case in enumerate(cases):
