@@ -110,11 +110,12 @@ def test_two_launches_at_once_under_each_scheme(make_env):
     assert outs == [["0", "2", "3.0"], ["1", "2", "3.0"]] * 2
 
 
-def test_init_under_real_torchrun():
+def test_init_under_real_torchrun(tmp_path):
     pytest.importorskip("torch.distributed")
+    # (TMPDIR: torchrun leaves its log directories behind)
     res = procs.run("-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                     "join_from_launcher.py", timeout=180,
-                    **_clear_shmcoll({}))
+                    **_clear_shmcoll({"TMPDIR": str(tmp_path)}))
     assert res.returncode == 0, res.stderr[-3000:]
     assert sorted(re.findall(r"\d 2 3\.0", res.stdout)) == ["0 2 3.0", "1 2 3.0"]
 

@@ -2,10 +2,8 @@
 CPU process group against the numpy reference, at P = 1..4, blocking and async; DDP
 against single-process training; torchrun; what is refused and how."""
 import datetime
-import os
 import re
 import socket
-import tempfile
 
 import numpy as np
 import pytest
@@ -32,11 +30,16 @@ DTYPES_OPS = [("float32", "sum"), ("float32", "prod"), ("float32", "min"), ("flo
 _STORES = {}
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _store_dir(tmp_path_factory):
+    """Where the pools' FileStores lie: pytest's temporary directory, which it removes
+    itself (a pool's ranks keep their default group, and so its store, for the session)."""
+    _STORES["dir"] = tmp_path_factory.mktemp("torch-stores")
+
+
 def store(P):
     """The FileStore path the ranks of the P-rank pool share for their default group."""
-    if P not in _STORES:
-        _STORES[P] = os.path.join(tempfile.mkdtemp(prefix="shmcoll-torch-"), "store")
-    return _STORES[P]
+    return str(_STORES["dir"] / f"store-{P}")
 
 
 def cases(P):
@@ -147,9 +150,10 @@ def test_a_rank_dying_during_ddp_is_an_error_on_the_others(tmp_path):
     assert "error at step 3" in out and "PeerLostError" in out and "rank 1" in out
 
 
-def test_torchrun_starts_the_backend_and_ddp_trains():
+def test_torchrun_starts_the_backend_and_ddp_trains(tmp_path):
+    # (TMPDIR: torchrun leaves its log directories behind)
     res = procs.run("-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                    "torchrun_rank.py", timeout=180)
+                    "torchrun_rank.py", timeout=180, TMPDIR=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     # (the ranks share one stdout: their lines may run together)
     lines = sorted(re.findall(r"rank \d of \d: .* equal \w+", res.stdout))
@@ -165,8 +169,8 @@ def test_the_backend_is_registered_for_cpu():
     assert dist.Backend("shmcoll") == "shmcoll"
 
 
-def test_a_group_of_one_process():
-    store_path = os.path.join(tempfile.mkdtemp(), "store")
+def test_a_group_of_one_process(tmp_path):
+    store_path = str(tmp_path / "store")
     pg = shmcoll_torch.ProcessGroupShmcoll(dist.FileStore(store_path, 1), 0, 1,
                                            datetime.timedelta(seconds=30))
     try:
