@@ -271,10 +271,12 @@ cdef int check_no_partial_overlap(cnp.ndarray o, cnp.ndarray x, bint same_ok=Tru
 
 
 cdef cnp.ndarray empty(int nd, cnp.npy_intp *dims, cnp.ndarray like):
-    """A new C-contiguous array of like's dtype.  Builtin numeric types go through
-    the C API; anything whose type number does not say it all (records, strings,
-    datetimes with units, user types such as bfloat16) through numpy."""
-    if cnp.PyArray_ISNUMBER(like):
+    """A new C-contiguous array of like's dtype.  Builtin numeric types in native byte
+    order go through the C API; anything whose type number does not say it all
+    (byte-swapped numbers, records, strings, datetimes with units, user types such as
+    bfloat16) through numpy: the bytes are copied as they are, so a native array would
+    read a byte-swapped x's values swapped."""
+    if cnp.PyArray_ISNUMBER(like) and cnp.PyArray_ISNOTSWAPPED(like):
         return cnp.PyArray_EMPTY(nd, dims, cnp.PyArray_TYPE(like), 0)
     return np.empty(dims_tuple(nd, dims), dtype=like.dtype)
 

@@ -76,7 +76,8 @@ def _padded(x, rows):
 
 
 def _compact(stacked, counts):
-    return np.concatenate([stacked[r, :n] for r, n in enumerate(counts)])
+    # (dtype: numpy's concatenate and stack would turn a byte-swapped dtype native)
+    return np.concatenate([stacked[r, :n] for r, n in enumerate(counts)], dtype=stacked.dtype)
 
 
 def allgatherv(comm, x):
@@ -126,7 +127,7 @@ def scatterv(comm, x, counts, root):
     if comm.rank == root:
         starts = np.cumsum([0] + counts)
         blocks = np.stack([_padded(x[starts[r]:starts[r + 1]], rows)
-                           for r in range(comm.world_size)])
+                           for r in range(comm.world_size)], dtype=x.dtype)
         mine = comm.scatter(blocks, root=root)
     else:
         mine = comm.scatter(None, out=np.empty((rows,) + tuple(tail), np.dtype(dtype)),
@@ -162,7 +163,7 @@ def reduce_scatter_counts(comm, x, counts, op, algo):
     rows = max(counts)
     starts = np.cumsum([0] + counts)
     blocks = np.concatenate([_padded(x[starts[r]:starts[r + 1]], rows)
-                             for r in range(comm.world_size)])
+                             for r in range(comm.world_size)], dtype=x.dtype)
     mine = comm.reduce_scatter(blocks, op=op, algo=algo)
     return mine[:counts[comm.rank]].copy()
 
