@@ -1428,8 +1428,10 @@ def _describe(field, value):
         if field == "collective":
             return COLLECTIVE_NAMES[value]
         if field == "dtype":
+            # (a hashed copy code is named only where its dtype was used)
             return _NAMES.get(value) or _TYPE_NAMES.get(value) or (
-                "bool" if value == _COPY_BOOL else f"a type of code {value}")
+                "bool" if value == _COPY_BOOL else
+                f"one this process never passed (type code {value})")
         if field == "op":
             from shmcoll.ops import ReduceOp
             return ReduceOp.from_code(value).value

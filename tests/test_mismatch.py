@@ -138,6 +138,10 @@ def test_copy_only_collectives_compare_types():
                              timeout=60)
     first = results[0][0][0][2]
     assert "float32 on rank 0" in first and "int32 on rank 1" in first, first
+    # a byte-swapped dtype is hashed: rank 1 names its own, rank 0 says it cannot
+    swapped = [results[r][TYPE_CASES.index((("<f4", ">f4"), "dtype"))][0][2] for r in (0, 1)]
+    assert "one this process never passed (type code" in swapped[0], swapped[0]
+    assert ">f4 on rank 1" in swapped[1], swapped[1]
     for i, (dtypes, field) in enumerate(TYPE_CASES):
         for rank in range(2):
             (kind, got_field, text), received = results[rank][i]
