@@ -200,6 +200,15 @@ def rhd_theorem(comm, m, dt):
     return label, full.tobytes() == split.tobytes(), float(np.abs(full - x * 0).max())
 
 
+def rhd_widened_reduce_scatter(comm, m, dt):
+    """ReduceScatter by rhd of a type reduced in a wider accumulator (m elements per
+    block), then a small allreduce: were the channels left in step?"""
+    x = (np.arange(comm.world_size * m) % 5 + comm.rank).astype(dtype_of(dt))
+    rs = comm.reduce_scatter(x, algo="rhd")
+    after = comm.allreduce(np.array([comm.rank + 1], np.int64), algo="rhd")
+    return rs, int(after[0])
+
+
 def _recv_retrying(comm, out, src):
     """recv, waiting again after each TimeoutError (nothing half-received then)."""
     while True:

@@ -1,10 +1,12 @@
 """alltoall (direct and Bruck) and alltoallv against numpy, at P = 1..8, every
 dtype, sizes 0, 1, ragged and several slots; arguments refused on every rank; and
 ReduceScatter/AllGather by recursive halving/doubling (Theorem 1 for rhd)."""
+import numpy as np
 import pytest
 
 import exchange_workers as xw
-from reference import ALL_DTYPES
+from reference import ALL_DTYPES, FLOAT_DTYPES, bitwise_equal, dtype_of
+from shmcoll._core.settings import SETTINGS
 
 ROWS = [(), (0,), (1,), (7, 3), (40_001,)]       # the last: several 256 KiB slots
 
@@ -41,6 +43,20 @@ def test_bad_arguments_are_refused_on_every_rank(pools, P):
         if P > 1:
             kind, text = seen["tail"]
             assert "differ in shape" in text
+
+
+@pytest.mark.parametrize("P", [3, 5, 6])
+@pytest.mark.parametrize("dt", [d for d in ("float16", "bfloat16") if d in FLOAT_DTYPES])
+def test_rhd_reduce_scatter_hands_a_widened_block_past_one_slot_to_its_folded_rank(pools, P, dt):
+    """Where P is not a power of two, a rank that sat out gets its finished block from
+    its neighbour: float16 and bfloat16 travel there as items, not accumulators, so a
+    slot holds twice the elements.  A block of more than a slot of accumulators once
+    arrived half wrong, and the slot left over desynchronised the next call."""
+    m = SETTINGS["SHMCOLL_SLOT_BYTES"].default // 4 + 5
+    want = sum((np.arange(P * m) % 5 + q) for q in range(P)).astype(dtype_of(dt))
+    for rank, (got, after) in enumerate(pools(P).run(xw.rhd_widened_reduce_scatter, m, dt)):
+        assert bitwise_equal(got, want[rank * m:(rank + 1) * m]), rank
+        assert after == P * (P + 1) // 2, rank
 
 
 @pytest.mark.parametrize("P", range(2, 9))

@@ -191,11 +191,14 @@ static int halving(rhd *h, char *out, int world)
 }
 
 /* Sends n elements of src to `peer` in the accumulator type (first) or finished
- * into the item type (finish, over `world` ranks). */
+ * into the item type (finish, over `world` ranks), filling every slot: the
+ * receiver reads whole slots (swap, sc_get_range), so a slot holds slot_bytes of
+ * the type it carries — twice the elements once float16 or bfloat16 is finished. */
 static int put_converted(sc_comm *c, int peer, const sc_kernels *k, const char *src, size_t n,
                         int finish, int world)
 {
-    size_t chunk = c->slot_bytes / k->accsize, step = finish ? k->accsize : k->itemsize;
+    size_t chunk = c->slot_bytes / (finish ? k->itemsize : k->accsize);
+    size_t step = finish ? k->accsize : k->itemsize;
     sc_endpoint *e = &c->send[peer];
     for (size_t i = 0; i < n; i += chunk) {
         void *slot;
