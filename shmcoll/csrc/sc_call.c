@@ -97,6 +97,7 @@ int sc_call_check_abandoned(sc_comm *c)
     for (int i = 1; i < c->world; i++) {
         int peer = (c->rank + i) % c->world;
         if (atomic_load_explicit(&c->ranks[peer].abandoned, memory_order_acquire) == c->call_seq) {
+            sc_abort_failed(c->hdr, peer);  /* (a rank that waits on us then names it too) */
             c->err_peer = c->err_waited = peer;
             c->err_what = "finishing a call given up by";
             return SC_EPEERLOST;

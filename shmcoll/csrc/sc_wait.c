@@ -134,8 +134,8 @@ static inline int reached(sc_flag *f, uint64_t target, uint64_t *seen)
     return v >= target;
 }
 
-/* Why a wait on `peer`'s flag f (for target) must give up now (SC_OK: it may go on). */
-static int give_up(sc_comm *c, sc_flag *f, uint64_t target, int peer, const char *what)
+/* The job's abort, if any, as this wait's failure (SC_OK: the job is not aborted). */
+static int aborted(sc_comm *c, int peer, const char *what)
 {
     uint64_t reason = atomic_load_explicit(&c->hdr->abort.value, memory_order_acquire);
     if (reason == SC_ABORT_MISMATCH)
@@ -145,6 +145,13 @@ static int give_up(sc_comm *c, sc_flag *f, uint64_t target, int peer, const char
     if (reason)
         return c->hdr->failed_rank >= 0 ? fail_on(c, SC_EPEERLOST, c->hdr->failed_rank, peer, what)
                                         : fail(c, SC_EABORTED, peer, what);
+    return SC_OK;
+}
+
+/* Why a wait on `peer`'s flag f (for target) must give up now (SC_OK: it may go on). */
+static int give_up(sc_comm *c, sc_flag *f, uint64_t target, int peer, const char *what)
+{
+    SC_TRY(aborted(c, peer, what));
     /* Signal handlers run first: one of them may close the communicator.  The
      * progress thread has none to run (signals go to the caller's threads). */
     if (c->params.interrupted && !sc_on_progress_thread && c->params.interrupted())
@@ -158,9 +165,11 @@ static int give_up(sc_comm *c, sc_flag *f, uint64_t target, int peer, const char
      * flag read after it sees that write. */
     if (peer_gone(c, peer) && !reached(f, target, &v)) {
         /* Ranks waiting on someone else would otherwise blame whoever
-         * gives up next; the job is aborted naming the rank that is gone. */
+         * gives up next; the job is aborted naming the rank that is gone —
+         * or the one recorded first: a peer that gave up because another
+         * rank died recorded that rank before it gave up (sc_run). */
         sc_abort_failed(c->hdr, peer);
-        return fail(c, SC_EPEERLOST, peer, what);
+        return aborted(c, peer, what);
     }
     return SC_OK;
 }
