@@ -27,19 +27,19 @@ DTYPES_OPS = [("float32", "sum"), ("float32", "prod"), ("float32", "min"), ("flo
               ("bool", "max"), ("bool", "band"), ("complex64", "sum")] + \
     ([("bfloat16", "sum"), ("bfloat16", "avg")] if BFLOAT16 is not None else [])
 
-_STORES = {}
+_STORE_DIR = []      # (set once per test run by _store_dir)
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _store_dir(tmp_path_factory):
     """Where the pools' FileStores lie: pytest's temporary directory, which it removes
     itself (a pool's ranks keep their default group, and so its store, for the session)."""
-    _STORES["dir"] = tmp_path_factory.mktemp("torch-stores")
+    _STORE_DIR[:] = [tmp_path_factory.mktemp("torch-stores")]
 
 
 def store(P):
     """The FileStore path the ranks of the P-rank pool share for their default group."""
-    return str(_STORES["dir"] / f"store-{P}")
+    return str(_STORE_DIR[0] / f"store-{P}")
 
 
 def cases(P):
