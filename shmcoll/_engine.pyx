@@ -91,7 +91,7 @@ cdef extern from "csrc/shmcoll.h" nogil:
         SC_ALGO_SYMMETRIC, SC_ALGO_SYMMETRIC_TWO_SHOT, SC_ALGO_CMA, SC_ALGO_CMA_TWO_SHOT,
         SC_NALGOS
     enum:
-        SC_ANY_TAG, SC_P2P_SEND, SC_P2P_RECV, SC_WORK_P2P
+        SC_ANY_TAG, SC_P2P_SEND, SC_P2P_RECV, SC_WORK_P2P, SC_P2P_FRAME_BYTES
     ctypedef struct sc_p2p_op:
         int kind, peer
         int64_t tag, dtype
@@ -128,6 +128,9 @@ cdef extern from "csrc/shmcoll.h" nogil:
     uint64_t sc_progress_completed(sc_progress *p)
     int sc_progress_wait(sc_progress *p, uint64_t ticket, double timeout_s,
                          int (*interrupted)() noexcept)
+    int sc_work_finished(const sc_work *w)
+    int sc_progress_wait_work(sc_progress *p, const sc_work *w, double timeout_s,
+                              int (*interrupted)() noexcept)
     void sc_progress_stop(sc_progress *p)
     void sc_progress_free(sc_progress *p)
 
@@ -592,6 +595,7 @@ cdef class Engine:
     cdef dict _codes            # the decider's: collective code -> {size key: schedule}
     cdef double _timeout
     cdef size_t _channel_bytes
+    cdef uint64_t _message_room # the largest message a channel holds whole (its frame aside)
     cdef uint64_t _spin_ns      # the parameters' busy-polling (see _submit for the thread's)
     cdef int _active            # a call is inside C
     cdef unsigned long _owner   # the thread of that call
@@ -628,6 +632,7 @@ cdef class Engine:
         self.completed_attach = last
         self._timeout = p.timeout_s
         self._channel_bytes = sc_channel_bytes(p.slot_bytes, p.nslots)
+        self._message_room = p.slot_bytes * p.nslots - SC_P2P_FRAME_BYTES
         self._spin_ns = p.spin_ns
         self.closed_reason = "the communicator is closed"
         self._works = collections.deque()
@@ -916,7 +921,8 @@ cdef class Engine:
             if w.w.ticket > done:
                 break
             self._works.popleft()
-            w._settle(self._work_error(w) if w.w.status else None)
+            if not w.settled:       # (a p2p work may have completed ahead of its turn)
+                w._settle(self._work_error(w) if w.w.status else None)
         if not self._works:
             _BUSY.discard(self)
         return 0
@@ -953,6 +959,25 @@ cdef class Engine:
             return -1       # the handler's exception (KeyboardInterrupt...) is pending
         self._resolve()
         return st == SC_OK
+
+    cdef int _await_work(self, Work w, double timeout) except -1:
+        """_await for one work: a point-to-point work completes as soon as its own
+        messages moved (sc_progress_wait_work), and is settled then, ahead of the
+        works issued before it; it stays queued (alive) until its turn.  1 if done."""
+        cdef int st
+        with nogil:
+            st = sc_progress_wait_work(self.progress, &w.w, timeout, _interrupted)
+        if st == SC_EINTR:
+            return -1
+        self._resolve()
+        return self._settle_finished(w)
+
+    cdef bint _settle_finished(self, Work w) except -1:
+        """Settles w if it is a p2p work that completed ahead of its turn; whether w
+        is settled."""
+        if not w.settled and sc_work_finished(&w.w):
+            w._settle(self._work_error(w) if w.w.status else None)
+        return w.settled
 
     def finish_works(self):
         """Wait for every nonblocking call submitted so far (at exit, so that no call
@@ -1239,6 +1264,11 @@ cdef class Engine:
         cdef cnp.ndarray arr
         if not 1 <= n <= 2:
             raise ValueError("one or two point-to-point operations at a time")
+        if not async_op and self.progress != NULL and \
+                self._last_ticket > sc_progress_completed(self.progress):
+            # Behind nonblocking calls a blocking send or receive joins them as one
+            # (the p2p works queued before it progress with it: irecv, send, wait).
+            return self.p2p(ops, result, True).wait()
         if async_op:
             w = Work.__new__(Work)
             cops = w.ops
@@ -1263,6 +1293,13 @@ cdef class Engine:
             w.w.ops, w.w.nops = w.ops, n
             w.keep, w.result = ops, result
             return self._enqueue(w)
+        if n == 1 and cops[0].kind == SC_P2P_SEND and cops[0].peer == self.rank and \
+                cops[0].bytes > self._message_room:
+            raise ValueError(
+                f"send on rank {self.rank}: a blocking send of {cops[0].bytes} bytes to this "
+                f"rank itself can never complete: it does not fit the channel "
+                f"({self._message_room} bytes) and nothing can receive it while it waits; "
+                f"send it with async_op=True and then recv it, or use sendrecv")
         self._enter()
         try:
             with nogil:

@@ -9,7 +9,9 @@ _BUSY = set()
 cdef class Work:
     """A collective issued with ``async_op=True`` on numpy arrays (shmcoll.Work).
 
-    It runs on the communicator's progress thread, after the calls issued before it.
+    It runs on the communicator's progress thread, after the calls issued before it (a
+    send or receive with the point-to-point calls queued right before it, and it
+    completes as soon as its own message has moved).
     Until it completed, the caller must not write its input or read or write ``out``
     (or x of broadcast): the thread reads and writes them meanwhile.
     """
@@ -43,7 +45,7 @@ cdef class Work:
                 limit = timeout
                 if not limit >= 0:
                     raise ValueError(f"timeout must be >= 0 seconds or None, got {timeout!r}")
-            if not engine._await(self.w.ticket, limit) and not self.settled:
+            if not engine._await_work(self, limit) and not self.settled:
                 raise ShmTimeoutError(
                     f"{self.collective} on rank {engine.rank} is still running after "
                     f"wait(timeout={timeout!r}); it stays outstanding (wait again)", [])
@@ -55,6 +57,8 @@ cdef class Work:
         """Whether the call has completed, successfully or not (never blocks)."""
         if not self.settled:
             self.engine._resolve()
+            if not self.settled:
+                self.engine._settle_finished(self)
         return self.settled
 
     def exception(self):

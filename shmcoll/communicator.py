@@ -370,7 +370,9 @@ class Communicator:
         """Send x to rank `dst`, where a recv with this tag (or ANY_TAG) takes it.
         Returns once x is in the channel (at once for a message that fits its free
         slots); a larger one waits for the receiver (use sendrecv or async_op for
-        exchanges).  Messages to one rank arrive in order."""
+        exchanges; to this rank itself it is refused, as nothing could receive it).
+        With async_op the Work completes once x is in the channel, whatever the calls
+        issued before it do.  Messages to one rank arrive in order."""
         if not (type(x) is _ND and type(dst) is int and 0 <= dst < self.world_size and
                 type(tag) is int and 0 <= tag < _TAG_LIMIT):
             x, dst, tag = self._message(x), self._peer(dst, "dst"), _tag(tag)

@@ -153,6 +153,51 @@ def p2p_exchanges(comm, n):
     return problems
 
 
+def p2p_completes_on_its_own(comm, n):
+    """MPI's patterns of nonblocking point-to-point, where a send or receive must
+    complete as its own message does, not with the calls issued before it:
+    - irecv from the left, a blocking send to the right, then wait (the receive is
+      still pending when the send runs);
+    - irecv posted first, then two sends waited one by one that the peer receives
+      before it sends what the irecv waits for;
+    - two isends to this rank itself (the first larger than the channel) received
+      in the other order by blocking receives."""
+    P, r, problems = comm.world_size, comm.rank, []
+    nxt, prv = (r + 1) % P, (r - 1) % P
+    out = np.empty(n)
+    pending = comm.recv(out, prv, tag=1, async_op=True)
+    comm.send(data(r, (n,), "float64", 1), nxt, tag=1)
+    assert pending.wait(timeout=60) is out
+    _check(problems, "irecv, send, wait", out, data(prv, (n,), "float64", 1))
+    if P > 1:
+        first, second = data(r, (n,), "int32", 2), data(r, (3,), "int32", 3)
+        if r == 0:
+            answer = np.empty(n, np.int32)
+            pending = comm.recv(answer, 1, tag=7, async_op=True)
+            assert comm.send(first, 1, tag=5, async_op=True).wait(timeout=60) is None
+            assert comm.send(second, 1, tag=6, async_op=True).wait(timeout=60) is None
+            pending.wait(timeout=60)
+            _check(problems, "answer after two sends", answer, data(1, (n,), "int32", 2))
+        elif r == 1:
+            got1, got2 = np.empty(n, np.int32), np.empty(3, np.int32)
+            comm.recv(got1, 0, tag=5)
+            comm.recv(got2, 0, tag=6)
+            _check(problems, "first of two", got1, data(0, (n,), "int32", 2))
+            _check(problems, "second of two", got2, data(0, (3,), "int32", 3))
+            comm.send(first, 0, tag=7)
+    big, small = data(r, (n,), "float32", 4), data(r, (5,), "float32", 5)
+    sends = [comm.send(big, r, tag=8, async_op=True), comm.send(small, r, tag=9, async_op=True)]
+    got_small, got_big = comm.recv(np.empty(5, np.float32), r, tag=9), np.empty(n, np.float32)
+    comm.recv(got_big, r, tag=8)
+    for sent in sends:
+        sent.wait(timeout=60)
+    _check(problems, "to itself, later tag first", got_small, small)
+    _check(problems, "to itself, larger than the channel", got_big, big)
+    after = comm.allreduce(np.array([r + 1]))
+    _check(problems, "allreduce after", after, np.array([P * (P + 1) // 2]))
+    return problems
+
+
 def p2p_mismatches(comm):
     """A receive that expects another size or dtype: MismatchError on the receiver,
     the message discarded, the sender unaffected, and later messages arrive right."""
@@ -178,12 +223,15 @@ def p2p_refusals(comm):
                        ("negative_tag", lambda: comm.send(np.zeros(1), 0, tag=-3)),
                        ("bool_rank", lambda: comm.send(np.zeros(1), True)),
                        ("objects", lambda: comm.send(np.array([object()]), 0)),
-                       ("readonly", lambda: comm.recv(np.frombuffer(b"x" * 8), 0))):
+                       ("readonly", lambda: comm.recv(np.frombuffer(b"x" * 8), 0)),
+                       # larger than the channel, to itself, blocking: it could never end
+                       ("to_itself", lambda: comm.send(np.zeros(1 << 20), comm.rank))):
         try:
             call()
             seen[name] = None
         except (TypeError, ValueError) as e:
             seen[name] = type(e).__name__
+    seen["after"] = comm.sendrecv(np.arange(3.0), comm.rank).tolist()
     return seen
 
 

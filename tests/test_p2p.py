@@ -20,6 +20,13 @@ def test_large_exchanges_both_ways_do_not_deadlock(pools, P):
         assert problems == [], (rank, problems)
 
 
+@pytest.mark.parametrize("n", [3, 300_001])
+@pytest.mark.parametrize("P", [1, 2, 3])
+def test_a_nonblocking_send_or_receive_completes_when_its_message_does(pools, P, n):
+    for rank, problems in enumerate(pools(P).run(xw.p2p_completes_on_its_own, n)):
+        assert problems == [], (rank, problems)
+
+
 @pytest.mark.parametrize("P", [1, 2, 3])
 def test_a_message_that_does_not_fit_is_an_error_on_the_receiver_only(pools, P):
     for rank, seen in enumerate(pools(P).run(xw.p2p_mismatches)):
@@ -34,7 +41,8 @@ def test_a_message_that_does_not_fit_is_an_error_on_the_receiver_only(pools, P):
 def test_bad_arguments_are_refused(pools):
     seen = pools(2).run(xw.p2p_refusals)[0]
     assert seen == {"dst": "ValueError", "negative_tag": "ValueError", "bool_rank": "TypeError",
-                    "objects": "TypeError", "readonly": "ValueError"}
+                    "objects": "TypeError", "readonly": "ValueError", "to_itself": "ValueError",
+                    "after": [0.0, 1.0, 2.0]}
 
 
 def test_a_timed_out_receive_can_wait_again_and_a_closed_sender_is_an_error():

@@ -307,6 +307,19 @@ def all_to_all_and_p2p(comm, store_path):
         for w in dist.batch_isend_irecv(ops):
             w.wait()
         seen["batch"] = (float(into[0]), float(into[-1]))
+        # irecv first, then two sends the peer receives before it answers the irecv
+        if r < 2:
+            answer, peer = torch.empty(3), 1 - r
+            if r == 0:
+                pending = dist.irecv(answer, peer, tag=9)
+                dist.send(torch.full((3,), 1.0), peer, tag=10)
+                dist.send(torch.full((3,), 2.0), peer, tag=11)
+                pending.wait()
+            else:
+                dist.recv(answer, peer, tag=10)
+                dist.recv(answer, peer, tag=11)
+                dist.send(answer + 1, peer, tag=9)
+            seen["irecv_first"] = answer.tolist()
     return seen
 
 

@@ -301,7 +301,12 @@ void *sc_wide(sc_comm *c, size_t bytes);
  * more: the group's wait ends then too, so an op queued while it waits joins at once. */
 typedef int (*sc_p2p_more)(void *ctx, sc_p2p_op **ops, int n, int cap, sc_flag **wake,
                            uint64_t *target);
-int sc_p2p_run(sc_comm *c, sc_p2p_op **ops, int n, int cap, sc_p2p_more more, void *ctx);
+/* Called (when not NULL) after ops of the group finished while others are still
+ * pending: the finished ones are gone from ops[] then (their works may complete at
+ * once), and the group goes on with the rest, in their order. */
+typedef void (*sc_p2p_finished)(void *ctx);
+int sc_p2p_run(sc_comm *c, sc_p2p_op **ops, int n, int cap, sc_p2p_more more,
+               sc_p2p_finished finished, void *ctx);
 /* Backs the slots of our channel e with memory (once, before its first touch). */
 int sc_reserve_channel(sc_comm *c, sc_endpoint *e);
 /* Frees the messages received ahead of a receive (at detach). */

@@ -6,7 +6,8 @@
  * allows, and a group whose operations are all stuck waits on all of their flags at
  * once.  So a send and a receive in one group (sendrecv; a batch of isend/irecv on
  * the progress thread) never wait for each other, and two ranks exchanging large
- * messages both ways cannot deadlock.
+ * messages both ways cannot deadlock.  On the progress thread an operation that
+ * finished leaves the group at once, and its work completes then (sc_progress.c).
  *
  * A channel carries one message at a time: operations on one endpoint take it in
  * the order they were posted, each holding it from its first step to its last cut,
@@ -20,7 +21,6 @@
 
 #include "sc_internal.h"
 
-#define FRAME_BYTES 64   /* the header's room in the first slot (keeps data aligned) */
 #define MAX_GROUP 256
 
 typedef struct frame {
@@ -41,7 +41,7 @@ typedef struct blocker {
 
 static size_t first_cut(const sc_comm *c, uint64_t bytes)
 {
-    return sc_min(bytes, c->slot_bytes - FRAME_BYTES);
+    return sc_min(bytes, c->slot_bytes - SC_P2P_FRAME_BYTES);
 }
 
 static char *slot_of(const sc_comm *c, const sc_endpoint *e)
@@ -87,7 +87,7 @@ static int step_send(sc_comm *c, sc_p2p_op *op, int *moved, blocker *b)
         if (op->state == IDLE) {
             *(frame *)slot = (frame){ op->tag, op->bytes, op->dtype };
             n = first_cut(c, op->bytes);
-            memcpy(slot + FRAME_BYTES, buf, n);
+            memcpy(slot + SC_P2P_FRAME_BYTES, buf, n);
             op->state = MOVING;
         } else {
             n = sc_min(op->bytes - op->done, c->slot_bytes);
@@ -213,7 +213,7 @@ static int step_recv(sc_comm *c, sc_p2p_op *op, int *moved, blocker *b)
         size_t n, at = op->done;
         if (op->state == IDLE) {
             SC_TRY(start_message(c, op, e, &dst));
-            slot += FRAME_BYTES;
+            slot += SC_P2P_FRAME_BYTES;
             n = first_cut(c, op->got_bytes);
             at = 0;
         } else {
@@ -271,7 +271,19 @@ static int fail(sc_comm *c, sc_p2p_op *const *ops, int n, int st)
     return st;
 }
 
-int sc_p2p_run(sc_comm *c, sc_p2p_op **ops, int n, int cap, sc_p2p_more more, void *ctx)
+/* Drops the finished ops from ops[0..n), keeping the others in the order they were
+ * posted (which decides who takes a channel next); returns how many are left. */
+static int drop_finished(sc_p2p_op **ops, int n)
+{
+    int kept = 0;
+    for (int i = 0; i < n; i++)
+        if (ops[i]->state != DONE)
+            ops[kept++] = ops[i];
+    return kept;
+}
+
+int sc_p2p_run(sc_comm *c, sc_p2p_op **ops, int n, int cap, sc_p2p_more more,
+               sc_p2p_finished finished, void *ctx)
 {
     if (c->broken)
         return SC_EBROKEN;
@@ -285,7 +297,7 @@ int sc_p2p_run(sc_comm *c, sc_p2p_op **ops, int n, int cap, sc_p2p_more more, vo
     uint64_t targets[MAX_GROUP];
     int peers[MAX_GROUP];
     for (;;) {
-        int pending = 0, moved = 0, nb = 0;
+        int pending = 0, moved = 0, nb = 0, ended = 0;
         const char *what = "";
         for (int i = 0; i < n; i++) {
             sc_p2p_op *op = ops[i];
@@ -296,8 +308,10 @@ int sc_p2p_run(sc_comm *c, sc_p2p_op **ops, int n, int cap, sc_p2p_more more, vo
                                              : step_recv(c, op, &moved, &b);
             if (st != SC_OK)
                 return fail(c, ops, n, st);
-            if (op->state == DONE)
+            if (op->state == DONE) {
+                ended = 1;
                 continue;
+            }
             pending++;
             if (b.flag) {
                 if (!nb)
@@ -308,6 +322,10 @@ int sc_p2p_run(sc_comm *c, sc_p2p_op **ops, int n, int cap, sc_p2p_more more, vo
         }
         if (!pending)
             return SC_OK;
+        if (ended && finished) {    /* their works complete now, not with the group */
+            n = drop_finished(ops, n);
+            finished(ctx);
+        }
         if (moved)
             continue;
         if (more) {     /* operations queued since: they may be what unblocks us */
@@ -333,7 +351,7 @@ int sc_p2p_run(sc_comm *c, sc_p2p_op **ops, int n, int cap, sc_p2p_more more, vo
 
 int sc_p2p(sc_comm *c, sc_p2p_op *const *ops, int n)
 {
-    return sc_p2p_run(c, (sc_p2p_op **)ops, n, n, NULL, NULL);
+    return sc_p2p_run(c, (sc_p2p_op **)ops, n, n, NULL, NULL, NULL);
 }
 
 void sc_p2p_free_stash(sc_comm *c)

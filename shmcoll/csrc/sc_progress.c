@@ -34,8 +34,10 @@ struct sc_progress {
     uint64_t yield_ns;         /* c's, kept for callers' waits after c is detached */
     int failed;                /* the first failure's status; later works are skipped */
     sc_work failure;           /* its error details */
+    uint64_t settled;          /* the thread's: point-to-point works it completed */
     SC_ALONE sc_flag issued;
     SC_ALONE sc_flag completed;
+    SC_ALONE sc_flag p2p_settled;  /* reaches `settled` as each p2p work completes */
 };
 
 /* Outcome of a work that is not run: the first failure's, or closed. */
@@ -82,8 +84,9 @@ static void run(sc_progress *p, sc_work *w)
 
 typedef struct p2p_batch {
     sc_progress *p;
-    sc_work *works[P2P_GROUP_WORKS];
+    sc_work *works[P2P_GROUP_WORKS];   /* the group's works not completed yet */
     int nworks;
+    uint64_t last;          /* the ticket of the last work the group took */
     uint64_t looked;        /* works issued when the queue was last looked at */
 } p2p_batch;
 
@@ -112,6 +115,7 @@ static int absorb(void *ctx, sc_p2p_op **ops, int n, int cap, sc_flag **wake, ui
     b->looked = atomic_load_explicit(&b->p->issued.value, memory_order_acquire);
     while (b->nworks < P2P_GROUP_WORKS && (w = take_p2p(b->p, cap - n))) {
         b->works[b->nworks++] = w;
+        b->last = w->ticket;
         for (int i = 0; i < w->nops; i++)
             ops[n++] = &w->ops[i];
     }
@@ -144,6 +148,41 @@ static void settle_p2p(sc_progress *p, sc_work *w, int group_status)
     }
 }
 
+/* A p2p work completes as soon as its own ops did (a send once its message is in
+ * the channel, a receive once its message arrived), as MPI's isend and irecv do:
+ * its waiter must not wait for the rest of its group, which may need what that
+ * waiter does next (an irecv posted first, then sends the peer must receive before
+ * it answers).  The work stays alive (its caller keeps it until `completed` passes
+ * its ticket), but the group no longer touches it. */
+static void publish_p2p(sc_progress *p, sc_work *w)
+{
+    atomic_store_explicit(&w->finished, 1, memory_order_release);
+    sc_signal(&p->p2p_settled, ++p->settled);
+}
+
+static int ops_finished(const sc_work *w)
+{
+    for (int i = 0; i < w->nops; i++)
+        if (w->ops[i].status < 0)
+            return 0;
+    return 1;
+}
+
+/* sc_p2p_run's hook: the works whose ops all finished complete now. */
+static void finished(void *ctx)
+{
+    p2p_batch *b = ctx;
+    int kept = 0;
+    for (int i = 0; i < b->nworks; i++) {
+        if (ops_finished(b->works[i])) {
+            settle_p2p(b->p, b->works[i], SC_OK);
+            publish_p2p(b->p, b->works[i]);
+        } else
+            b->works[kept++] = b->works[i];
+    }
+    b->nworks = kept;
+}
+
 static void run_p2p(sc_progress *p, sc_work *first)
 {
     static _Thread_local p2p_batch b;
@@ -152,6 +191,7 @@ static void run_p2p(sc_progress *p, sc_work *first)
     b.p = p;
     b.nworks = 1;
     b.works[0] = first;
+    b.last = first->ticket;
     for (int i = 0; i < first->nops && n < P2P_GROUP_OPS; i++)
         ops[n++] = &first->ops[i];
     n = absorb(&b, ops, n, P2P_GROUP_OPS, NULL, NULL);
@@ -165,7 +205,7 @@ static void run_p2p(sc_progress *p, sc_work *first)
         for (int i = 0; i < b.nworks; i++)
             skip(p, b.works[i], st);
     } else {
-        st = sc_p2p_run(p->c, ops, n, P2P_GROUP_OPS, absorb, &b);
+        st = sc_p2p_run(p->c, ops, n, P2P_GROUP_OPS, absorb, finished, &b);
         for (int i = 0; i < b.nworks; i++)
             settle_p2p(p, b.works[i], st);
         if (st != SC_OK) {
@@ -175,10 +215,12 @@ static void run_p2p(sc_progress *p, sc_work *first)
             p->failure.err_waited = p->c->err_waited;
             p->failure.err_what = p->c->err_what;
         }
+        for (int i = 0; i < b.nworks; i++)
+            publish_p2p(p, b.works[i]);
     }
-    /* each work may be freed once completed passes it: read the ticket first */
-    uint64_t last = b.works[b.nworks - 1]->ticket;
-    sc_signal(&p->completed, last);
+    /* each work may be freed once completed passes it: the ticket was read before */
+    sc_signal(&p->completed, b.last);
+    sc_signal(&p->p2p_settled, ++p->settled);
 }
 
 static sc_work *take(sc_progress *p)
@@ -246,6 +288,7 @@ sc_progress *sc_progress_start(sc_comm *c, uint64_t spin_ns, int *err)
 uint64_t sc_progress_submit(sc_progress *p, sc_work *w)
 {
     w->next = NULL;
+    atomic_store_explicit(&w->finished, 0, memory_order_relaxed);
     w->status = SC_OK;
     w->skipped = 0;
     w->err_peer = w->err_waited = -1;
@@ -260,6 +303,31 @@ uint64_t sc_progress_submit(sc_progress *p, sc_work *w)
     sc_signal(&p->issued, w->ticket);
     pthread_mutex_unlock(&p->lock);
     return w->ticket;
+}
+
+int sc_progress_wait_work(sc_progress *p, const sc_work *w, double timeout_s,
+                          int (*interrupted)(void))
+{
+    if (w->args.collective != SC_WORK_P2P)
+        return sc_progress_wait(p, w->ticket, timeout_s, interrupted);
+    double end = (double)sc_now_ns() * 1e-9 + timeout_s;
+    for (;;) {
+        /* read before looking: a completion after the look moves it on */
+        uint64_t seen = atomic_load_explicit(&p->p2p_settled.value, memory_order_acquire);
+        if (sc_work_finished(w) || sc_progress_completed(p) >= w->ticket)
+            return SC_OK;
+        double left = end - (double)sc_now_ns() * 1e-9;
+        if (!(left > 0))
+            return SC_ETIMEDOUT;
+        int st = sc_wait_local(&p->p2p_settled, seen + 1, 0, p->yield_ns, left, interrupted);
+        if (st != SC_OK && st != SC_ETIMEDOUT)
+            return st;
+    }
+}
+
+int sc_work_finished(const sc_work *w)
+{
+    return atomic_load_explicit(&w->finished, memory_order_acquire);
 }
 
 uint64_t sc_progress_completed(sc_progress *p)

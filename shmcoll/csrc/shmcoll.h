@@ -190,6 +190,9 @@ int sc_implements(int collective, int algo);
  * on each other. */
 #define SC_ANY_TAG (-1)
 enum { SC_P2P_SEND = 1, SC_P2P_RECV = 2 };
+/* A message's header's room in its first slot (keeps the data aligned): a channel of
+ * n slots holds a message of n x slot_bytes - SC_P2P_FRAME_BYTES bytes whole. */
+#define SC_P2P_FRAME_BYTES 64
 
 typedef struct sc_p2p_op {
     int kind;                /* SC_P2P_SEND or SC_P2P_RECV */
@@ -234,6 +237,7 @@ typedef struct sc_work {
     int skipped;              /* not run: an earlier work failed with `status` */
     int err_peer, err_waited; /* as sc_error_peer / sc_error_waited after the failure */
     const char *err_what;
+    _Atomic int finished;     /* a p2p work completed ahead of its ticket (see below) */
 } sc_work;
 
 typedef struct sc_progress sc_progress;
@@ -245,11 +249,19 @@ typedef struct sc_progress sc_progress;
 sc_progress *sc_progress_start(sc_comm *c, uint64_t spin_ns, int *err);
 /* Queues w (its args filled in); returns its ticket. */
 uint64_t sc_progress_submit(sc_progress *p, sc_work *w);
-/* The ticket of the last work that completed (works complete in ticket order). */
+/* The ticket of the last work that completed (every work up to it did; p2p works
+ * may have completed sooner, below). */
 uint64_t sc_progress_completed(sc_progress *p);
 /* Waits until work `ticket` completed: SC_OK, SC_ETIMEDOUT after timeout_s, or
  * SC_EINTR when interrupted() (may be NULL) asks to stop. */
 int sc_progress_wait(sc_progress *p, uint64_t ticket, double timeout_s, int (*interrupted)(void));
+/* Point-to-point works complete as their own messages do, not in ticket order: one
+ * is complete when sc_work_finished (its status and ops final) or once
+ * sc_progress_completed reaches its ticket.  sc_progress_wait_work waits for that
+ * (for any other work, as sc_progress_wait does). */
+int sc_work_finished(const sc_work *w);
+int sc_progress_wait_work(sc_progress *p, const sc_work *w, double timeout_s,
+                          int (*interrupted)(void));
 /* Ends the thread once every queued work completed (sc_request_close first makes
  * them give up); waits for it.  p stays readable until sc_progress_free. */
 void sc_progress_stop(sc_progress *p);

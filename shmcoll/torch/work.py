@@ -8,8 +8,9 @@ step runs exactly once, in whichever thread first sees the calls complete.
 ``get_future()`` is what DDP and communication hooks wait on, from C++ and without
 calling back into this object; so a future is completed by a thread of its own (one
 per group, started at the first future still pending), which waits for the calls in
-the order they were issued (the order they complete in) and then sets the result,
-or a real error (see _outcome).
+the order they were issued (the order collectives complete in; a send or receive may
+complete sooner, and its future is set in its turn) and then sets the result, or a
+real error (see _outcome).
 """
 import atexit
 import collections
