@@ -24,6 +24,8 @@ cdef class Work:
     cdef bint settled
 
     cdef void _settle(self, object error):
+        if self.settled:        # a p2p work settles when it completes, ahead of its turn
+            return
         self.error, self.settled = error, True
         self.engine = self.keep = None
         if error is not None:
