@@ -739,15 +739,18 @@ def close_from_signal_handler(comm, flag):
 def allreduce_with_memory_limit(comm, count):
     """A float16 rhd allreduce needs a float32 accumulator of 4 * count bytes: with
     the address space capped below that, the engine must report an allocation
-    failure, not 'invalid arguments'."""
+    failure, not 'invalid arguments'.  out is made before the cap: a result array
+    made under it would fit only where the heap happened to hold a free region
+    of its size (numpy's MemoryError otherwise, before the engine runs)."""
     import resource
     x = np.ones(count, np.float16)
+    out = np.empty_like(x)
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     with open("/proc/self/statm") as f:
         used = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
     resource.setrlimit(resource.RLIMIT_AS, (used + 2 * count, hard))
     try:
-        return _outcome(lambda: comm.allreduce(x, algo="rhd"))
+        return _outcome(lambda: comm.allreduce(x, out=out, algo="rhd"))
     finally:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
