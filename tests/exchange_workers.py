@@ -195,7 +195,36 @@ def p2p_completes_on_its_own(comm, n):
     _check(problems, "to itself, larger than the channel", got_big, big)
     after = comm.allreduce(np.array([r + 1]))
     _check(problems, "allreduce after", after, np.array([P * (P + 1) // 2]))
+    # README's way around a receive pending across a collective: another communicator
+    messages = comm.split(0)
+    pending = messages.recv(np.empty(3), prv, tag=4, async_op=True)
+    total = comm.allreduce(np.array([r + 1]))
+    messages.send(data(r, (3,), "float64", 6), nxt, tag=4)
+    _check(problems, "receive across a collective", pending.wait(timeout=60),
+           data(prv, (3,), "float64", 6))
+    _check(problems, "the collective", total, np.array([P * (P + 1) // 2]))
+    messages.close()
     return problems
+
+
+def p2p_completed_work_outlives_its_group(comm):
+    """Rank 0's isend completes ahead of the irecv posted before it; rank 1 takes
+    the message and closes without answering.  The irecv fails (the peer is lost),
+    and the isend keeps the success it completed with."""
+    if comm.rank == 1:
+        comm.recv(np.empty(4), 0)
+        comm.close()
+        return None
+    pending = comm.recv(np.empty(4), 1, async_op=True)
+    sent = comm.send(np.arange(4.0), 1, async_op=True)
+    seen = [sent.wait(timeout=60)]
+    try:
+        pending.wait(timeout=60)
+        seen.append("received?")
+    except Exception as e:          # noqa: BLE001 - the test checks the type
+        seen.append(type(e).__name__)
+    seen += [sent.wait(), sent.exception(), sent.is_completed()]
+    return seen
 
 
 def p2p_mismatches(comm):

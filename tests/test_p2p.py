@@ -27,6 +27,12 @@ def test_a_nonblocking_send_or_receive_completes_when_its_message_does(pools, P,
         assert problems == [], (rank, problems)
 
 
+def test_a_completed_send_keeps_its_outcome_when_its_group_fails_later():
+    import shmcoll
+    got = shmcoll.launch(xw.p2p_completed_work_outlives_its_group, 2, timeout=60)[0]
+    assert got == [None, "PeerLostError", None, None, True]
+
+
 @pytest.mark.parametrize("P", [1, 2, 3])
 def test_a_message_that_does_not_fit_is_an_error_on_the_receiver_only(pools, P):
     for rank, seen in enumerate(pools(P).run(xw.p2p_mismatches)):
