@@ -108,9 +108,9 @@ cdef extern from "csrc/shmcoll.h" nogil:
     int sc_implements(int collective, int algo)
     void sc_mismatch_info(const sc_comm *c, int64_t out[6])
     int sc_ranks_missing(const sc_comm *c, int *out, int max)
-    int sc_error_peer(const sc_comm *c)
-    int sc_error_waited(const sc_comm *c)
-    const char *sc_error_what(const sc_comm *c)
+    int sc_error_peer(const sc_comm *c, int p2p)
+    int sc_error_waited(const sc_comm *c, int p2p)
+    const char *sc_error_what(const sc_comm *c, int p2p)
     int sc_op_supported(int dtype, int op)
     void sc_layout(int64_t out[9])
     int sc_pid_dead(int32_t pid)
@@ -564,6 +564,10 @@ DEF SYM_OUT_PLAIN = 0       # out is not symmetric: one-shot
 DEF SYM_OUT_SYMMETRIC = 1   # out is symmetric too: one-shot or two-shot
 DEF SYM_IN_PLACE = 2        # out is x: two-shot
 
+# The engine's two queues of nonblocking calls (Engine.lanes).
+DEF COLLECTIVES = 0         # collectives and barriers
+DEF MESSAGES = 1            # point-to-point operations
+
 
 cdef class Engine:
     """One rank's attachment to a segment; owns no name, only the mapping's use.
@@ -580,11 +584,15 @@ cdef class Engine:
     leaves the freeing to that call's exit.
 
     Nonblocking calls (async_op=True) are checked here, then queued on a progress
-    thread (sc_progress.c, started at the first) and returned as a Work.  The thread
-    runs them in order with the code a blocking call runs; a blocking call first waits
-    for the queued ones, so every rank keeps one sequence of calls.  The engine keeps
-    each Work, and so its buffers, until it completed; an engine with works
-    outstanding stays in _BUSY, so it is never garbage while its thread writes them.
+    thread (sc_progress.c, started at the first) and returned as a Work.  There are two
+    queues, each with its thread: collectives (and barriers) on one, point-to-point
+    operations on the other, as MPI keeps the two apart.  Each thread runs its calls in
+    order with the code a blocking call runs; a blocking call first waits for the
+    calls queued before it on its own queue, so every rank keeps one sequence of
+    collectives and one of messages, and neither waits for the other: a pending
+    receive never holds back a collective, nor a pending collective a send.  The
+    engine keeps each Work, and so its buffers, until it completed; an engine with
+    works outstanding stays in _BUSY, so it is never garbage while a thread writes them.
     """
     cdef sc_comm *c
     cdef Segment seg
@@ -601,12 +609,17 @@ cdef class Engine:
     cdef unsigned long _owner   # the thread of that call
     cdef int _close_pending     # close() came from that thread: detach when it leaves
     cdef bint _close_failed
-    cdef sc_progress *progress  # the queue of nonblocking calls (NULL before the first)
-    cdef object _works          # their Works not settled yet, in submission order
-    cdef uint64_t _last_ticket  # the last work submitted
+    # The two queues of nonblocking calls, [COLLECTIVES] and [MESSAGES] (each NULL
+    # before its first call); per queue, its Works not settled yet (in submission
+    # order), the last one's ticket, and the exception of the first that failed.
+    cdef sc_progress *lanes[2]
+    cdef object _works
+    cdef uint64_t _last_ticket[2]
+    cdef object _first_error
     cdef bint _closing          # close() is waiting for the works: no new ones
-    cdef object _first_error    # the exception of the first work that failed
-    cdef str _broken_by         # what broke the communicator, for later calls' errors
+    # What broke the communicator, for later calls' errors: [COLLECTIVES] a failed
+    # collective (which breaks both kinds), [MESSAGES] a failed send or receive too.
+    cdef list _broken_by
     cdef sym_region *_sym       # symmetric allocations, in the order they were made
     cdef int _nsym
     cdef public object symmetric_decide   # (collective, nbytes, algo, out case, blocking) -> (code, trial)
@@ -635,31 +648,33 @@ cdef class Engine:
         self._message_room = p.slot_bytes * p.nslots - SC_P2P_FRAME_BYTES
         self._spin_ns = p.spin_ns
         self.closed_reason = "the communicator is closed"
-        self._works = collections.deque()
+        self._works = (collections.deque(), collections.deque())
+        self._first_error = [None, None]
+        self._broken_by = [None, None]
         self._sym_codes = {}
 
-    cdef int _enter(self) except -1:
+    cdef int _enter(self, int lane=COLLECTIVES) except -1:
         """Take the communicator for one call (GIL held: check and set are atomic),
-        once the nonblocking calls queued before it have completed."""
+        once the nonblocking calls queued before it on its queue (`lane`) have
+        completed."""
         if self.c == NULL:
             raise ClosedError(self.closed_reason)
         if self._active:
             raise self._concurrent()
         self._active = 1
         self._owner = PyThread_get_thread_ident()
-        if self.progress != NULL:
-            self._after_queued()
-        return 0
-
-    cdef int _after_queued(self) except -1:
-        """A blocking call runs after the nonblocking ones queued before it."""
-        if self._last_ticket > sc_progress_completed(self.progress):
+        if self._queued(lane):
             try:
-                self._drain()
+                self._drain_lane(lane)
             except BaseException:
                 self._leave()
                 raise
         return 0
+
+    cdef bint _queued(self, int lane):
+        """Whether calls queued on `lane` have not completed yet."""
+        return self.lanes[lane] != NULL and \
+            self._last_ticket[lane] > sc_progress_completed(self.lanes[lane])
 
     cdef object _concurrent(self):
         return ConcurrentCallError(
@@ -673,18 +688,26 @@ cdef class Engine:
             self._close_pending = 0
             self._detach(self._close_failed)
 
-    cdef int _raise(self, int status, str what) except -1:
+    cdef int _raise(self, int status, str what, bint p2p=False) except -1:
         if status == SC_EINTR:
-            if self._broken_by is None:
-                self._broken_by = f"{what} was interrupted by a signal"
+            self._broke(p2p, f"{what} was interrupted by a signal")
             return -1       # the handler's exception (KeyboardInterrupt...) is pending
-        err = self._error(status, what, sc_error_peer(self.c), sc_error_waited(self.c),
-                          sc_error_what(self.c).decode())
-        if self._broken_by is None and status != SC_EBROKEN:
-            self._broken_by = f"{type(err).__name__}: {err}"
+        err = self._error(status, what, sc_error_peer(self.c, p2p),
+                          sc_error_waited(self.c, p2p), sc_error_what(self.c, p2p).decode(), p2p)
+        if status != SC_EBROKEN:
+            self._broke(p2p, f"{type(err).__name__}: {err}")
         raise err
 
-    cdef object _error(self, int status, str what, int peer, int waited, str where):
+    cdef void _broke(self, bint p2p, str cause):
+        """Remember the first cause of each kind's breakage: a collective's failure
+        breaks both kinds of call (sc_run), a send's or receive's only messages."""
+        if not p2p and self._broken_by[COLLECTIVES] is None:
+            self._broken_by[COLLECTIVES] = cause
+        if self._broken_by[MESSAGES] is None:
+            self._broken_by[MESSAGES] = cause
+
+    cdef object _error(self, int status, str what, int peer, int waited, str where,
+                       bint p2p=False):
         """The exception of a call that ended with `status`, blaming `peer` while this
         rank was `where` (a phrase taking rank `waited` as its object)."""
         if status == SC_EMISMATCH:
@@ -716,9 +739,11 @@ cdef class Engine:
         if status == SC_ENOMEM:
             return OutOfMemoryError(f"{here}: out of memory {where}")
         if status == SC_EBROKEN:
-            cause = f" ({self._broken_by})" if self._broken_by else ""
+            cause = self._broken_by[MESSAGES if p2p else COLLECTIVES]
+            cause = f" ({cause})" if cause else ""
+            kind = "call" if p2p else "collective"    # (messages break on either kind)
             return CommunicatorBrokenError(
-                f"{here}: an earlier collective failed on this communicator{cause}; it is "
+                f"{here}: an earlier {kind} failed on this communicator{cause}; it is "
                 f"unusable")
         return ValueError(f"{here}: the engine refused the arguments (status {status})")
 
@@ -753,12 +778,13 @@ cdef class Engine:
         which still belongs to the parent's rank."""
         if self.c != NULL:
             self.c = NULL   # the small process-local struct is left to the child's exit
-            self.progress = NULL    # so is the queue: its thread was not forked
+            self.lanes[0] = self.lanes[1] = NULL    # so are the queues: not forked
             self._active = self._close_pending = 0
             self.closed_reason = ("this communicator belongs to the process that created it; "
                                   "a forked child must not use it (create one per process)")
-            while self._works:
-                (<Work>self._works.popleft())._settle(ClosedError(self.closed_reason))
+            for works in self._works:
+                while works:
+                    (<Work>works.popleft())._settle(ClosedError(self.closed_reason))
             _BUSY.discard(self)
 
     cdef int _wait(self, int (*wait)(sc_comm *) noexcept nogil, str what) except -1:
@@ -882,54 +908,66 @@ cdef class Engine:
         return self._enqueue(w)
 
     cdef Work _enqueue(self, Work w):
-        """Queue a work whose record is filled in."""
+        """Queue a work whose record is filled in, on its queue (started at the first)."""
         cdef int err = 0
+        cdef int lane = _lane_of(&w.w)
         if self.c == NULL:
             raise ClosedError(self.closed_reason)
         if self._closing:
             raise ClosedError("the communicator is closing")
         if self._active:
             raise self._concurrent()
-        if self.progress == NULL:
-            # Nonblocking calls add a thread per rank: it spins only if each has a core.
+        if self.lanes[lane] == NULL:
+            # Each queue adds a thread per rank: it spins only if each has a core.
             from shmcoll._core.topology import usable_cpus
-            spin = self._spin_ns if 2 * self.world_size <= usable_cpus() else 0
-            self.progress = sc_progress_start(self.c, spin, &err)
-            if self.progress == NULL:
+            threads = 2 + (self.lanes[1 - lane] != NULL)
+            spin = self._spin_ns if threads * self.world_size <= usable_cpus() else 0
+            self.lanes[lane] = sc_progress_start(self.c, spin, &err)
+            if self.lanes[lane] == NULL:
                 raise OutOfMemoryError(f"rank {self.rank}: cannot start the progress thread "
                                        f"of nonblocking calls: {os.strerror(err)}")
         w.engine = self
-        self._works.append(w)
+        self._works[lane].append(w)
         _BUSY.add(self)
-        self._last_ticket = sc_progress_submit(self.progress, &w.w)
+        self._last_ticket[lane] = sc_progress_submit(self.lanes[lane], &w.w)
         return w
 
     cdef int _drain(self) except -1:
         """Wait until every work submitted so far completed, and settle them.  Each
         work's own waits have the timeout."""
-        if self.progress != NULL:
-            self._await(self._last_ticket, INFINITY)
+        self._drain_lane(COLLECTIVES)
+        self._drain_lane(MESSAGES)
+        return 0
+
+    cdef int _drain_lane(self, int lane) except -1:
+        """_drain for the works of one queue."""
+        if self.lanes[lane] != NULL:
+            self._await(lane, self._last_ticket[lane], INFINITY)
         return 0
 
     cdef int _resolve(self) except -1:
-        """Settle the works that completed, in order: each gets its exception, if any,
-        and lets go of its buffers."""
-        cdef uint64_t done = sc_progress_completed(self.progress) if self.progress else 0
+        """Settle the works that completed, in order on each queue: each gets its
+        exception, if any, and lets go of its buffers."""
+        cdef uint64_t done
         cdef Work w
-        while self._works:
-            w = <Work>self._works[0]
-            if w.w.ticket > done:
-                break
-            self._works.popleft()
-            if not w.settled:       # (a p2p work may have completed ahead of its turn)
-                w._settle(self._work_error(w) if w.w.status else None)
-        if not self._works:
+        for lane in range(2):
+            works = self._works[lane]
+            done = sc_progress_completed(self.lanes[lane]) if self.lanes[lane] else 0
+            while works:
+                w = <Work>works[0]
+                if w.w.ticket > done:
+                    break
+                works.popleft()
+                if not w.settled:   # (a p2p work may have completed ahead of its turn)
+                    w._settle(self._work_error(w) if w.w.status else None)
+        if not self._works[0] and not self._works[1]:
             _BUSY.discard(self)
         return 0
 
     cdef object _work_error(self, Work w):
         what = _work_name(&w.w)
-        first = self._first_error
+        cdef int lane = _lane_of(&w.w)
+        first = self._first_error[lane]
         if w.w.status == SC_ETRUNCATE:      # one message did not fit: nothing broke
             return _truncated(w.w.ops, w.w.nops, what, self.rank)
         if w.w.skipped and first is not None:
@@ -941,20 +979,22 @@ cdef class Engine:
             err = ClosedError(f"{what} on rank {self.rank}: the communicator was closed "
                               f"before this nonblocking call completed")
         else:
-            err = self._error(w.w.status, what, w.w.err_peer, w.w.err_waited,
-                              w.w.err_what.decode())
+            where = w.w.err_what.decode() if w.w.err_what != NULL else ""
+            err = self._error(w.w.status, what, w.w.err_peer, w.w.err_waited, where,
+                              lane == MESSAGES)
         if first is None:
-            self._first_error = err
-        if self._broken_by is None and w.w.status != SC_EBROKEN:
-            self._broken_by = f"{type(err).__name__}: {err}"
+            self._first_error[lane] = err
+        if w.w.status != SC_EBROKEN:
+            self._broke(lane == MESSAGES, f"{type(err).__name__}: {err}")
         return err
 
-    cdef int _await(self, uint64_t ticket, double timeout) except -1:
+    cdef int _await(self, int lane, uint64_t ticket, double timeout) except -1:
         """Wait (GIL released, signal handlers run) up to `timeout` seconds for work
-        `ticket`, then settle what completed; 1 if that work did."""
+        `ticket` of `lane`, then settle what completed; 1 if that work did."""
         cdef int st
+        cdef sc_progress *p = self.lanes[lane]
         with nogil:
-            st = sc_progress_wait(self.progress, ticket, timeout, _interrupted)
+            st = sc_progress_wait(p, ticket, timeout, _interrupted)
         if st == SC_EINTR:
             return -1       # the handler's exception (KeyboardInterrupt...) is pending
         self._resolve()
@@ -965,8 +1005,9 @@ cdef class Engine:
         messages moved (sc_progress_wait_work), and is settled then, ahead of the
         works issued before it; it stays queued (alive) until its turn.  1 if done."""
         cdef int st
+        cdef sc_progress *p = self.lanes[_lane_of(&w.w)]
         with nogil:
-            st = sc_progress_wait_work(self.progress, &w.w, timeout, _interrupted)
+            st = sc_progress_wait_work(p, &w.w, timeout, _interrupted)
         if st == SC_EINTR:
             return -1
         self._resolve()
@@ -982,13 +1023,13 @@ cdef class Engine:
     def finish_works(self):
         """Wait for every nonblocking call submitted so far (at exit, so that no call
         is cut off half-way while its peers run it)."""
-        if self.c != NULL and self.progress != NULL:
+        if self.c != NULL:
             self._drain()
 
     @property
     def outstanding(self):
         """Nonblocking calls submitted and not settled yet."""
-        return len(self._works)
+        return len(self._works[0]) + len(self._works[1])
 
     # -- symmetric allocations ------------------------------------------------------
     def add_symmetric(self, uintptr_t base, size_t stride, int64_t ident):
@@ -1264,10 +1305,9 @@ cdef class Engine:
         cdef cnp.ndarray arr
         if not 1 <= n <= 2:
             raise ValueError("one or two point-to-point operations at a time")
-        if not async_op and self.progress != NULL and \
-                self._last_ticket > sc_progress_completed(self.progress):
-            # Behind nonblocking calls a blocking send or receive joins them as one
-            # (the p2p works queued before it progress with it: irecv, send, wait).
+        if not async_op and self._queued(MESSAGES):
+            # Behind nonblocking sends and receives a blocking one joins them as one
+            # (the works queued before it progress with it: irecv, send, wait).
             return self.p2p(ops, result, True).wait()
         if async_op:
             w = Work.__new__(Work)
@@ -1300,12 +1340,12 @@ cdef class Engine:
                 f"rank itself can never complete: it does not fit the channel "
                 f"({self._message_room} bytes) and nothing can receive it while it waits; "
                 f"send it with async_op=True and then recv it, or use sendrecv")
-        self._enter()
+        self._enter(MESSAGES)
         try:
             with nogil:
                 st = sc_p2p(self.c, ptrs, n)
             if st:
-                self._raise(st, _p2p_name(cops, n))
+                self._raise(st, _p2p_name(cops, n), True)
         finally:
             self._leave()
         for i in range(n):
@@ -1320,7 +1360,7 @@ cdef class Engine:
         if self.c == NULL:
             return
         if not self._active:
-            if not failed and self.progress != NULL:
+            if not failed:
                 self._closing = 1       # the queued calls run first; no new ones
                 try:
                     self._drain()
@@ -1345,11 +1385,14 @@ cdef class Engine:
         if self.c == NULL:
             return
         self._closing = 1
-        if self.progress != NULL:
+        cdef sc_progress *collectives = self.lanes[COLLECTIVES]
+        cdef sc_progress *messages = self.lanes[MESSAGES]
+        if collectives != NULL or messages != NULL:
             if failed:
                 sc_request_close(self.c)
             with nogil:
-                sc_progress_stop(self.progress)
+                sc_progress_stop(collectives)
+                sc_progress_stop(messages)
             try:
                 self._resolve()
             except BaseException:
@@ -1368,13 +1411,15 @@ cdef class Engine:
 
     def __dealloc__(self):
         if self.c != NULL:
-            if self.progress != NULL:   # idle: a busy engine is never garbage (_BUSY)
-                sc_request_close(self.c)
-                sc_progress_stop(self.progress)
+            if self.lanes[0] != NULL or self.lanes[1] != NULL:
+                sc_request_close(self.c)    # idle: a busy engine is never garbage (_BUSY)
+                sc_progress_stop(self.lanes[0])
+                sc_progress_stop(self.lanes[1])
             sc_detach(self.c, 1)
             self.c = NULL
-        sc_progress_free(self.progress)
-        self.progress = NULL
+        sc_progress_free(self.lanes[0])
+        sc_progress_free(self.lanes[1])
+        self.lanes[0] = self.lanes[1] = NULL
         free(self._sym)
         self._sym = NULL
 
@@ -1414,6 +1459,11 @@ cdef str _work_name(sc_work *w):
     if w.args.collective != SC_WORK_P2P:
         return COLLECTIVE_NAMES[w.args.collective]
     return _p2p_name(w.ops, w.nops)
+
+
+cdef inline int _lane_of(const sc_work *w) noexcept:
+    """The queue a work goes on (Engine.lanes)."""
+    return MESSAGES if w.args.collective == SC_WORK_P2P else COLLECTIVES
 
 
 cdef str _p2p_name(sc_p2p_op *ops, int n):

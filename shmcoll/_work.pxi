@@ -9,9 +9,10 @@ _BUSY = set()
 cdef class Work:
     """A collective issued with ``async_op=True`` on numpy arrays (shmcoll.Work).
 
-    It runs on the communicator's progress thread, after the calls issued before it (a
-    send or receive with the point-to-point calls queued right before it, and it
-    completes as soon as its own message has moved).
+    It runs on one of the communicator's two progress threads: a collective after the
+    collectives issued before it; a send or receive on the other thread, with the
+    sends and receives queued right before it, and it completes as soon as its own
+    message has moved.
     Until it completed, the caller must not write its input or read or write ``out``
     (or x of broadcast): the thread reads and writes them meanwhile.
     """

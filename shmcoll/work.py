@@ -1,11 +1,13 @@
 """shmcoll.Work: what a collective called with ``async_op=True`` returns.
 
 A Work is the call in flight.  Collectives complete in the order they were issued on
-their communicator, whatever order their Works are waited in, and a blocking call
-issued meanwhile runs after them; a send or receive completes as soon as its own
-message has moved (a blocking one joins the point-to-point calls queued before it).  Until ``wait()`` has returned (or ``is_completed()`` is
-true) the caller must not write the call's input nor read or write its ``out`` (for
-broadcast, x): the communicator's progress thread reads and writes them meanwhile.
+their communicator, whatever order their Works are waited in, and a blocking
+collective issued meanwhile runs after them; a send or receive completes as soon as
+its own message has moved (a blocking one joins the sends and receives queued before
+it).  Messages and collectives go on two queues, each with its thread, and never wait
+for each other.  Until ``wait()`` has returned (or ``is_completed()`` is true) the
+caller must not write the call's input nor read or write its ``out`` (for broadcast,
+x): the communicator's progress threads read and write them meanwhile.
 A failure inside the call is raised by ``wait()`` (and returned by ``exception()``),
 as the blocking call would have raised it; the calls queued after a failed one fail
 with the same kind of error without running.

@@ -1,6 +1,9 @@
 """Rank functions of test_alltoall and test_p2p (module level, so spawned ranks import
 them).  Every rank can compute any rank's input, so each rank checks its own result
 against numpy and returns the problems it found (a list of strings; [] is a pass)."""
+import os
+import time
+
 import numpy as np
 
 from reference import dtype_of
@@ -195,7 +198,7 @@ def p2p_completes_on_its_own(comm, n):
     _check(problems, "to itself, larger than the channel", got_big, big)
     after = comm.allreduce(np.array([r + 1]))
     _check(problems, "allreduce after", after, np.array([P * (P + 1) // 2]))
-    # README's way around a receive pending across a collective: another communicator
+    # a receive pending on a split communicator across a collective of its parent
     messages = comm.split(0)
     pending = messages.recv(np.empty(3), prv, tag=4, async_op=True)
     total = comm.allreduce(np.array([r + 1]))
@@ -204,6 +207,59 @@ def p2p_completes_on_its_own(comm, n):
            data(prv, (3,), "float64", 6))
     _check(problems, "the collective", total, np.array([P * (P + 1) // 2]))
     messages.close()
+    return problems
+
+
+def p2p_and_collectives_apart(comm, n):
+    """Sends and receives never wait for collectives, nor collectives for them, as in
+    MPI (each rank still keeps one order of collectives and one of messages):
+    - an irecv pending across a blocking allreduce, matched by a send issued after it;
+    - an isend larger than the channel pending across an allreduce, received after it;
+    - rank 0 sends behind an async allreduce that the others join only after they
+      received;
+    - async collectives and messages interleaved, waited in reverse order."""
+    P, r, problems = comm.world_size, comm.rank, []
+    nxt, prv = (r + 1) % P, (r - 1) % P
+    total = np.array([P * (P + 1) // 2])
+    out = np.empty(n)
+    pending = comm.recv(out, prv, tag=1, async_op=True)
+    _check(problems, "allreduce behind an irecv", comm.allreduce(np.array([r + 1])), total)
+    comm.send(data(r, (n,), "float64", 1), nxt, tag=1)
+    assert pending.wait(timeout=60) is out
+    _check(problems, "irecv across an allreduce", out, data(prv, (n,), "float64", 1))
+
+    sent = comm.send(data(r, (n,), "float32", 2), nxt, tag=2, async_op=True)
+    _check(problems, "allreduce behind an isend", comm.allreduce(np.array([r + 1])), total)
+    got = comm.recv(np.empty(n, np.float32), prv, tag=2)
+    assert sent.wait(timeout=60) is None
+    _check(problems, "isend across an allreduce", got, data(prv, (n,), "float32", 2))
+
+    x = data(r, (n,), "int64", 3)
+    if r == 0:
+        summed = comm.allreduce(x, async_op=True)
+        for q in range(1, P):
+            comm.send(data(q, (n,), "int16", 4), q, tag=3)
+        summed = summed.wait(timeout=60)
+    else:
+        _check(problems, "received ahead of the allreduce",
+               comm.recv(np.empty(n, np.int16), 0, tag=3), data(r, (n,), "int16", 4))
+        summed = comm.allreduce(x)
+    _check(problems, "allreduce around sends", summed,
+           sum(data(q, (n,), "int64", 3) for q in range(P)))
+
+    first = comm.allreduce(data(r, (n,), "float64", 5), async_op=True)
+    message = comm.recv(np.empty(7, np.int32), prv, tag=4, async_op=True)
+    gathered = comm.allgather(np.array([r, r * r]), async_op=True)
+    fence = comm.barrier(async_op=True)
+    comm.send(np.full(7, r, np.int32), nxt, tag=4)
+    fence.wait(timeout=60)
+    _check(problems, "allgather between messages", gathered.wait(timeout=60),
+           np.array([[q, q * q] for q in range(P)]))
+    _check(problems, "irecv between collectives", message.wait(timeout=60),
+           np.full(7, prv, np.int32))
+    _check(problems, "allreduce before messages", first.wait(timeout=60),
+           sum(data(q, (n,), "float64", 5) for q in range(P)))
+    _check(problems, "allreduce after", comm.allreduce(np.array([r + 1])), total)
     return problems
 
 
@@ -224,6 +280,61 @@ def p2p_completed_work_outlives_its_group(comm):
     except Exception as e:          # noqa: BLE001 - the test checks the type
         seen.append(type(e).__name__)
     seen += [sent.wait(), sent.exception(), sent.is_completed()]
+    return seen
+
+
+def _wait_for_file(path):
+    while not os.path.exists(path):
+        time.sleep(0.01)
+
+
+def p2p_broken_halfway_spares_collectives(comm, n, folder):
+    """Rank 0's blocking send larger than the channel times out half-way (rank 1 is
+    not receiving yet); then rank 1's receive of it times out half-way.  Sends and
+    receives are refused after that on both ranks; collectives go on.  (The ranks
+    take turns through files, which have no timeout.)"""
+    r, seen = comm.rank, []
+    sent_failed, recv_failed = os.path.join(folder, "sent"), os.path.join(folder, "received")
+    try:
+        if r == 0:
+            comm.send(np.ones(n), 1)
+        else:
+            _wait_for_file(sent_failed)
+            comm.recv(np.empty(n), 0)
+        seen.append("moved?")
+    except Exception as e:          # noqa: BLE001 - the test checks the type
+        seen.append(type(e).__name__)
+    open(sent_failed if r == 0 else recv_failed, "w").close()
+    _wait_for_file(recv_failed)
+    seen.append(comm.allreduce(np.array([r + 1])).tolist())
+    try:
+        work = comm.send(np.ones(1), 1 - r, async_op=r == 1)
+        if work is not None:
+            work.wait()
+        seen.append("sent after?")
+    except Exception as e:          # noqa: BLE001
+        seen.append(f"{type(e).__name__}: {e}")
+    seen.append(comm.allgather(np.array([r])).tolist())
+    return seen
+
+
+def p2p_after_a_failed_collective(comm, folder):
+    """Rank 0's allreduce times out (rank 1 never calls it); a nonblocking send after
+    it must fail, not report a message that never left."""
+    done = os.path.join(folder, "done")
+    if comm.rank == 1:
+        _wait_for_file(done)
+        return None
+    seen = []
+    for call in (lambda: comm.allreduce(np.ones(4)),
+                 lambda: comm.send(np.ones(4), 1, async_op=True).wait(),
+                 lambda: comm.recv(np.empty(4), 1, async_op=True).wait()):
+        try:
+            call()
+            seen.append("no error")
+        except Exception as e:      # noqa: BLE001 - the test checks the type
+            seen.append(type(e).__name__)
+    open(done, "w").close()
     return seen
 
 

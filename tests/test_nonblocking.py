@@ -115,10 +115,12 @@ def _start(mode, count, rank, world, job):
     return spawn("async_rank.py", mode, str(count), **rank_env(job, rank, world))
 
 
+@pytest.mark.parametrize("mode", ["loop", "loop-receiving"])
 @pytest.mark.parametrize("count", [2, 1 << 20], ids=["8B", "4MiB"])
-def test_a_killed_peer_fails_every_outstanding_work(count):
+def test_a_killed_peer_fails_every_outstanding_work(count, mode):
+    """Also a receive from the killed rank pending meanwhile, on the queue of messages."""
     job = "async-death-" + secrets.token_hex(4)
-    procs = [_start("loop", count, r, 3, job) for r in range(3)]
+    procs = [_start(mode, count, r, 3, job) for r in range(3)]
     with cleaned_up(procs):
         for p in procs:
             assert p.stdout.readline().strip() == "looping"
@@ -127,9 +129,11 @@ def test_a_killed_peer_fails_every_outstanding_work(count):
         for p in procs[:2]:
             out, err = p.communicate(timeout=60)
             assert p.returncode == 3, err
-            m = re.search(r"lost rank (\d+); outstanding: ([\w ]+); ranks \[(\d*)\]", out)
+            m = re.search(r"lost rank (\d+); outstanding: ([\w ()]+); ranks \[(\d*)\]", out)
             assert m and m.group(1) == "2", out
-            assert m.group(2).split() == ["PeerLostError"] * 3 and m.group(3) == "2", out
+            message = ["PeerLostError(2)"] if mode == "loop-receiving" else []
+            assert m.group(2).split() == ["PeerLostError"] * 3 + message, out
+            assert m.group(3) == "2", out
 
 
 def test_a_rank_exiting_without_waiting_completes_its_works_first():

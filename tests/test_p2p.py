@@ -27,6 +27,13 @@ def test_a_nonblocking_send_or_receive_completes_when_its_message_does(pools, P,
         assert problems == [], (rank, problems)
 
 
+@pytest.mark.parametrize("n", [3, 300_001])
+@pytest.mark.parametrize("P", [1, 2, 3])
+def test_messages_and_collectives_never_wait_for_each_other(pools, P, n):
+    for rank, problems in enumerate(pools(P).run(xw.p2p_and_collectives_apart, n)):
+        assert problems == [], (rank, problems)
+
+
 def test_a_completed_send_keeps_its_outcome_when_its_group_fails_later():
     import shmcoll
     got = shmcoll.launch(xw.p2p_completed_work_outlives_its_group, 2, timeout=60)[0]
@@ -49,6 +56,23 @@ def test_bad_arguments_are_refused(pools):
     assert seen == {"dst": "ValueError", "negative_tag": "ValueError", "bool_rank": "TypeError",
                     "objects": "TypeError", "readonly": "ValueError", "to_itself": "ValueError",
                     "after": [0.0, 1.0, 2.0]}
+
+
+def test_a_message_broken_half_way_spares_the_collectives(tmp_path):
+    import shmcoll
+    sender, receiver = shmcoll.launch(xw.p2p_broken_halfway_spares_collectives, 2,
+                                      args=(300_001, str(tmp_path)), timeout=1.0)
+    for seen in (sender, receiver):
+        assert seen[0] == "TimeoutError" and seen[1] == [3] and seen[3] == [[0], [1]], seen
+        assert seen[2].startswith("CommunicatorBrokenError") and "an earlier call failed" \
+            in seen[2] and "(TimeoutError: " in seen[2], seen
+
+
+def test_a_nonblocking_message_after_a_failed_collective_fails(tmp_path):
+    import shmcoll
+    seen = shmcoll.launch(xw.p2p_after_a_failed_collective, 2, args=(str(tmp_path),),
+                          timeout=1.0)[0]
+    assert seen == ["TimeoutError", "CommunicatorBrokenError", "CommunicatorBrokenError"]
 
 
 def test_a_timed_out_receive_can_wait_again_and_a_closed_sender_is_an_error():

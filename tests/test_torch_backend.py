@@ -77,6 +77,7 @@ def test_all_to_all_and_point_to_point(pools, P):
         if P > 1:
             assert seen["sendrecv"] == [float((r - 1) % P)] * 3
             assert seen["batch"] == (float((r - 1) % P),) * 2
+            assert seen["across"] == [P * (P + 1) / 2] * 4 + [float((r - 1) % P)] * 4
         if P > 1 and r < 2:     # rank 0 got rank 1's answer: the second message + 1
             assert seen["irecv_first"] == ([3.0] if r == 0 else [2.0]) * 3
 

@@ -320,6 +320,16 @@ def all_to_all_and_p2p(comm, store_path):
                 dist.recv(answer, peer, tag=11)
                 dist.send(answer + 1, peer, tag=9)
             seen["irecv_first"] = answer.tolist()
+        # a receive pending across an all_reduce waited through its future: the peer
+        # sends only after its own all_reduce
+        got = torch.empty(4)
+        pending = dist.irecv(got, prv, tag=12)
+        pending.get_future()
+        total = dist.all_reduce(torch.full((4,), float(r + 1)), async_op=True).get_future()
+        seen["across"] = total.wait()[0].tolist()
+        dist.send(torch.full((4,), float(r)), nxt, tag=12)
+        pending.wait()
+        seen["across"] += got.tolist()
     return seen
 
 

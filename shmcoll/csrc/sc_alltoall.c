@@ -116,8 +116,8 @@ int sc_bruck_alltoall(sc_comm *c, const sc_args *a, const struct sc_kernels *k)
     /* the rotated vector, then room for one packed message each way */
     char *tmp = malloc(((size_t)P + 2 * half) * b);
     if (!tmp) {
-        c->err_peer = c->err_waited = -1;
-        c->err_what = "allocating the all-to-all's workspace";
+        SC_BLAME(c)->peer = SC_BLAME(c)->waited = -1;
+        SC_BLAME(c)->what = "allocating the all-to-all's workspace";
         return SC_ENOMEM;
     }
     const char *x = a->x;

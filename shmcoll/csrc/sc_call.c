@@ -43,8 +43,8 @@ static void record(sc_comm *c, int field, int peer, int64_t mine, int64_t theirs
 static int mismatch(sc_comm *c, int field, int peer, int64_t mine, int64_t theirs)
 {
     record(c, field, peer, mine, theirs);
-    c->err_peer = peer;
-    c->err_what = "checking the call of";
+    SC_BLAME(c)->peer = peer;
+    SC_BLAME(c)->what = "checking the call of";
     return SC_EMISMATCH;
 }
 
@@ -98,8 +98,8 @@ int sc_call_check_abandoned(sc_comm *c)
         int peer = (c->rank + i) % c->world;
         if (atomic_load_explicit(&c->ranks[peer].abandoned, memory_order_acquire) == c->call_seq) {
             sc_abort_failed(c->hdr, peer);  /* (a rank that waits on us then names it too) */
-            c->err_peer = c->err_waited = peer;
-            c->err_what = "finishing a call given up by";
+            SC_BLAME(c)->peer = SC_BLAME(c)->waited = peer;
+            SC_BLAME(c)->what = "finishing a call given up by";
             return SC_EPEERLOST;
         }
     }

@@ -209,8 +209,8 @@ int sc_cma_agree(sc_comm *c, int allowed, int *agreed, double costs[4])
         c->stage = malloc(2 * (size_t)c->slot_bytes);
         if (!c->peer_where || !c->stage) {
             /* Every rank must agree: one without memory for it cannot decline alone. */
-            c->err_peer = -1;
-            c->err_what = "allocating the cross-memory staging of";
+            SC_BLAME(c)->peer = -1;
+            SC_BLAME(c)->what = "allocating the cross-memory staging of";
             return SC_ENOMEM;
         }
         c->cma = *agreed = 1;
@@ -237,12 +237,12 @@ static int moved(sc_comm *c, int q, int err, int writing)
      * until every rank passed the closing barrier, so a failed read or write means
      * it died or can no longer be reached: the job cannot go on. */
     sc_abort_failed(c->hdr, q);
-    c->err_peer = c->err_waited = q;
+    SC_BLAME(c)->peer = SC_BLAME(c)->waited = q;
     if (writing)
-        c->err_what = err == ESRCH ? "writing with cross-memory attach (the process is gone) into the buffer of"
+        SC_BLAME(c)->what = err == ESRCH ? "writing with cross-memory attach (the process is gone) into the buffer of"
                                    : "writing with cross-memory attach (refused) into the buffer of";
     else
-        c->err_what = err == ESRCH ? "reading with cross-memory attach (the process is gone) the buffer of"
+        SC_BLAME(c)->what = err == ESRCH ? "reading with cross-memory attach (the process is gone) the buffer of"
                                    : "reading with cross-memory attach (refused) the buffer of";
     return SC_EPEERLOST;
 }

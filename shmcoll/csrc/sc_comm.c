@@ -66,8 +66,8 @@ int sc_reserve_channel(sc_comm *c, sc_endpoint *e)
     size_t len = sc_channel_bytes(c->slot_bytes, c->nslots);
     int err = sc_reserve(c->fd, (size_t)(e->slots - c->base), len);
     if (err) {
-        c->err_peer = e->peer;
-        c->err_what = "reserving shared memory for the channel to";
+        SC_BLAME(c)->peer = e->peer;
+        SC_BLAME(c)->what = "reserving shared memory for the channel to";
         return err == ENOSPC ? SC_ENOSPACE : SC_ENOMEM;
     }
     e->reserved = 1;
@@ -234,7 +234,8 @@ sc_comm *sc_attach(void *base, size_t size, int fd, int rank, int world, uint64_
     c->p2p_recv = eps + 3 * world;
     c->scratch = scratch;
     c->fan_read = fan_read;
-    c->err_peer = c->err_waited = -1;
+    for (int k = 0; k < 2; k++)
+        c->blame[k] = (sc_blame){ -1, -1, "" };
 
     sc_rank_block *me = &c->ranks[rank];
     int32_t expected = SC_RANK_EMPTY;
@@ -457,6 +458,10 @@ void sc_layout(int64_t out[9])
     out[8] = (int64_t)offsetof(sc_rank_block, cma);
 }
 
-int sc_error_peer(const sc_comm *c) { return c->err_peer; }
-int sc_error_waited(const sc_comm *c) { return c->err_waited; }
-const char *sc_error_what(const sc_comm *c) { return c->err_what ? c->err_what : ""; }
+int sc_error_peer(const sc_comm *c, int p2p) { return c->blame[p2p != 0].peer; }
+int sc_error_waited(const sc_comm *c, int p2p) { return c->blame[p2p != 0].waited; }
+const char *sc_error_what(const sc_comm *c, int p2p)
+{
+    const char *what = c->blame[p2p != 0].what;
+    return what ? what : "";
+}

@@ -133,6 +133,18 @@ typedef struct sc_stashed {
     char data[];
 } sc_stashed;
 
+/* What a failure is blamed on. */
+typedef struct sc_blame {
+    int peer;            /* the rank the failure is blamed on */
+    int waited;          /* the rank this one was waiting for (-1: none) */
+    const char *what;    /* the wait, a phrase taking `waited` as its object */
+} sc_blame;
+
+/* Set while this thread runs point-to-point operations (sc_p2p_run): the failures
+ * it meets are theirs. */
+extern _Thread_local int sc_in_p2p;
+#define SC_BLAME(c) (&(c)->blame[sc_in_p2p])
+
 struct sc_comm {
     char *base;
     size_t size;
@@ -153,11 +165,14 @@ struct sc_comm {
     char *wide;          /* whole-vector accumulator for narrow dtypes (grown on demand) */
     size_t wide_bytes;
     int fd;              /* the segment's file, to reserve channel memory at first use */
-    int broken;
+    /* A failed collective breaks the communicator (both kinds of call refuse to run);
+     * a failed send or receive only its messages' channels (p2p_broken). */
+    _Atomic int broken;
+    _Atomic int p2p_broken;
     _Atomic int closing; /* set by another thread's close(): waits give up */
-    int err_peer;        /* the rank the failure is blamed on */
-    int err_waited;      /* the rank this one was waiting for (-1: none) */
-    const char *err_what;
+    /* The last failure of the collectives [0] and of the point-to-point operations
+     * [1]: the two may run at once, on two threads (sc_progress.c). */
+    sc_blame blame[2];
     /* Cross-memory attach: agreed by every rank (sc_cma_agree); the word peers read
      * to prove they reach this process; the peers' published x and out addresses of
      * the current call (2 per rank); two chunks of staging for reduced reads. */

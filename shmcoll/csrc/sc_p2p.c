@@ -150,9 +150,9 @@ static int stash_append(sc_comm *c, int peer, sc_stashed *m)
 
 static int no_memory(sc_comm *c, int peer)
 {
-    c->err_peer = peer;
-    c->err_waited = -1;
-    c->err_what = "keeping a message that arrived ahead of its receive, from";
+    SC_BLAME(c)->peer = peer;
+    SC_BLAME(c)->waited = -1;
+    SC_BLAME(c)->what = "keeping a message that arrived ahead of its receive, from";
     return SC_ENOMEM;
 }
 
@@ -267,7 +267,7 @@ static int fail(sc_comm *c, sc_p2p_op *const *ops, int n, int st)
         ops[i]->stashing = NULL;
     }
     if (halfway || (st != SC_ETIMEDOUT && st != SC_EINTR))
-        c->broken = 1;
+        c->p2p_broken = 1;  /* the collectives' channels are untouched */
     return st;
 }
 
@@ -282,14 +282,14 @@ static int drop_finished(sc_p2p_op **ops, int n)
     return kept;
 }
 
-int sc_p2p_run(sc_comm *c, sc_p2p_op **ops, int n, int cap, sc_p2p_more more,
-               sc_p2p_finished finished, void *ctx)
+static int run_group(sc_comm *c, sc_p2p_op **ops, int n, int cap, sc_p2p_more more,
+                     sc_p2p_finished finished, void *ctx)
 {
-    if (c->broken)
+    start_ops(ops, 0, n);   /* first: an op refused below is cut off, never a success */
+    if (c->broken || c->p2p_broken)
         return SC_EBROKEN;
     if (n > MAX_GROUP)
         return SC_EINVAL;
-    start_ops(ops, 0, n);
     for (int i = 0; i < n; i++)
         if (bad_op(c, ops[i]))
             return SC_EINVAL;
@@ -347,6 +347,17 @@ int sc_p2p_run(sc_comm *c, sc_p2p_op **ops, int n, int cap, sc_p2p_more more,
         if (st != SC_OK)
             return fail(c, ops, n, st);
     }
+}
+
+_Thread_local int sc_in_p2p;
+
+int sc_p2p_run(sc_comm *c, sc_p2p_op **ops, int n, int cap, sc_p2p_more more,
+               sc_p2p_finished finished, void *ctx)
+{
+    sc_in_p2p = 1;
+    int st = run_group(c, ops, n, cap, more, finished, ctx);
+    sc_in_p2p = 0;
+    return st;
 }
 
 int sc_p2p(sc_comm *c, sc_p2p_op *const *ops, int n)

@@ -1,10 +1,14 @@
-/* sc_progress: nonblocking calls run by one progress thread per communicator.
+/* sc_progress: nonblocking calls run by a progress thread, one per queue.
  *
  * The caller queues a work (an sc_args and room for its outcome) and goes on; the
- * thread takes works in submission order and runs each with sc_run or sc_barrier,
- * exactly the code a blocking call runs, so both kinds of call keep one sequence of
- * calls per rank and mix freely.  The thread is plain C: it never needs the GIL, so a
- * rank computing in numpy (which drops the GIL) or in C keeps its peers moving.
+ * thread takes works in submission order and runs each with sc_run, sc_barrier or
+ * sc_p2p_run, exactly the code a blocking call runs, so both kinds of call keep one
+ * sequence of calls per rank and mix freely.  A communicator may have two queues,
+ * one for collectives and one for point-to-point works (the engine's choice): the two
+ * use channels of their own and each kind keeps its own failure details (sc_blame),
+ * so they run at once and neither waits for the other, as in MPI.  The thread is
+ * plain C: it never needs the GIL, so a rank computing in numpy (which drops the GIL)
+ * or in C keeps its peers moving.
  *
  * Two counters tell the caller everything: `issued` (works queued, the thread sleeps
  * on it) and `completed` (works done, callers sleep on it).  A work's outcome is
@@ -68,9 +72,9 @@ static void run(sc_progress *p, sc_work *w)
     w->status = st;
     w->skipped = 0;
     if (st != SC_OK) {
-        w->err_peer = c->err_peer;
-        w->err_waited = c->err_waited;
-        w->err_what = c->err_what;
+        w->err_peer = c->blame[0].peer;
+        w->err_waited = c->blame[0].waited;
+        w->err_what = c->blame[0].what;
         p->failed = st;
         p->failure = *w;
     }
@@ -141,10 +145,10 @@ static void settle_p2p(sc_progress *p, sc_work *w, int group_status)
     w->status = cut_off ? group_status : first_bad;
     w->skipped = 0;
     if (w->status != SC_OK) {
-        sc_comm *c = p->c;
-        w->err_peer = c->err_peer;
-        w->err_waited = c->err_waited;
-        w->err_what = c->err_what;
+        const sc_blame *b = &p->c->blame[1];
+        w->err_peer = b->peer;
+        w->err_waited = b->waited;
+        w->err_what = b->what;
     }
 }
 
@@ -210,10 +214,10 @@ static void run_p2p(sc_progress *p, sc_work *first)
             settle_p2p(p, b.works[i], st);
         if (st != SC_OK) {
             p->failed = st;
-            p->failure = *b.works[b.nworks - 1];
-            p->failure.err_peer = p->c->err_peer;
-            p->failure.err_waited = p->c->err_waited;
-            p->failure.err_what = p->c->err_what;
+            p->failure.status = st;     /* its details, for the works skipped after it */
+            p->failure.err_peer = p->c->blame[1].peer;
+            p->failure.err_waited = p->c->blame[1].waited;
+            p->failure.err_what = p->c->blame[1].what;
         }
         for (int i = 0; i < b.nworks; i++)
             publish_p2p(p, b.works[i]);

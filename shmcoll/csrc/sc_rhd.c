@@ -236,8 +236,8 @@ static int join_group(sc_comm *c, rhd *h)
 
 static int no_memory(sc_comm *c)
 {
-    c->err_peer = c->err_waited = -1;
-    c->err_what = "allocating the accumulator";
+    SC_BLAME(c)->peer = SC_BLAME(c)->waited = -1;
+    SC_BLAME(c)->what = "allocating the accumulator";
     return SC_ENOMEM;
 }
 

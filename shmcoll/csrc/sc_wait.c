@@ -107,9 +107,9 @@ static int peer_gone(sc_comm *c, int peer)
  * unless the job was aborted because of another one). */
 static int fail_on(sc_comm *c, int status, int culprit, int waited, const char *what)
 {
-    c->err_peer = culprit;
-    c->err_waited = waited;
-    c->err_what = what;
+    SC_BLAME(c)->peer = culprit;
+    SC_BLAME(c)->waited = waited;
+    SC_BLAME(c)->what = what;
     return status;
 }
 
@@ -207,7 +207,7 @@ void sc_hold(sc_comm *c, uint64_t hold_ns, void (*release)(void *), void *arg)
  * (never on the progress thread, which holds none). */
 static inline void let_go(sc_comm *c)
 {
-    if (c->release && !sc_on_progress_thread) {
+    if (!sc_on_progress_thread && c->release) {
         void (*release)(void *) = c->release;
         c->release = NULL;
         release(c->release_arg);
@@ -255,7 +255,8 @@ int sc_wait_ge(sc_comm *c, sc_flag *f, uint64_t target, int peer, const char *wh
         spin_ns = sc_progress_spin_ns;
         yield_ns = sc_progress_yield_ns;
     }
-    if (c->release && !sc_on_progress_thread && hold_phase(c, f, target, start, spin_ns, &v, &now))
+    /* (a progress thread never reads the hold: the caller may set it meanwhile) */
+    if (!sc_on_progress_thread && c->release && hold_phase(c, f, target, start, spin_ns, &v, &now))
         goto done;
     if (poll_phases(f, target, start, spin_ns, yield_ns, &v, &now))
         goto done;
@@ -320,7 +321,8 @@ int sc_wait_any(sc_comm *c, sc_flag *const *flags, const uint64_t *targets, cons
     for (uint64_t turn = 0;; turn++) {
         if ((*waited = first_reached(flags, targets, n)) >= 0)
             return SC_OK;
-        if (c->release && now - start >= (c->hold_ns < spin_ns ? c->hold_ns : spin_ns))
+        if (!sc_on_progress_thread && c->release &&
+            now - start >= (c->hold_ns < spin_ns ? c->hold_ns : spin_ns))
             let_go(c);
         if (now - start < spin_ns) {
             for (int i = 0; i < 64; i++)

@@ -213,15 +213,17 @@ typedef struct sc_p2p_op {
 } sc_p2p_op;
 
 /* Runs ops[0..n) to completion: SC_OK when every one ended SC_OK or SC_ETRUNCATE
- * (each op's status says which), else the failure that stopped them (the
- * communicator is then broken: a message is mid-channel). */
+ * (each op's status says which), else the failure that stopped them (later sends
+ * and receives are then refused: a message is mid-channel; collectives go on). */
 int sc_p2p(sc_comm *c, sc_p2p_op *const *ops, int n);
 
-/* Nonblocking calls (sc_progress.c).  A communicator's progress thread runs the
- * works submitted to it one by one in submission order, exactly as sc_run /
- * sc_barrier would in the caller; the caller keeps each work (and its buffers)
- * alive until sc_progress_completed() reaches its ticket.  The thread never takes
- * the GIL and runs no signal handlers.  After a work fails, the later ones are not
+/* Nonblocking calls (sc_progress.c).  A progress thread runs the works submitted to
+ * its queue one by one in submission order, exactly as sc_run / sc_barrier / sc_p2p
+ * would in the caller.  Collectives and point-to-point works may go on two queues of
+ * one communicator, and a blocking call of one kind may run beside the other kind's
+ * queue.  The caller keeps each work (and its buffers) alive until
+ * sc_progress_completed() reaches its ticket.  The thread never takes the GIL and
+ * runs no signal handlers.  After a work fails, the later ones of its queue are not
  * run: they complete with the same status (and `skipped` set), as a blocking call
  * on a broken communicator would refuse to run. */
 #define SC_WORK_P2P 0x7000      /* a work's collective field: point-to-point ops */
@@ -277,11 +279,12 @@ uint64_t sc_attached_count(const sc_comm *c);
 /* Ranks that have not arrived: not attached yet, or not yet in our current call. */
 int sc_ranks_missing(const sc_comm *c, int *out, int max);
 
-/* Describes the last failure of c: which peer and which wait.  The wait is a
- * phrase that takes the peer as its object ("waiting for data from"). */
-int sc_error_peer(const sc_comm *c);
-int sc_error_waited(const sc_comm *c);
-const char *sc_error_what(const sc_comm *c);
+/* Describes the last failure of c's collectives (p2p 0) or of its point-to-point
+ * operations (p2p 1): which peer and which wait.  The wait is a phrase that takes
+ * the peer as its object ("waiting for data from"). */
+int sc_error_peer(const sc_comm *c, int p2p);
+int sc_error_waited(const sc_comm *c, int p2p);
+const char *sc_error_what(const sc_comm *c, int p2p);
 int sc_op_supported(int dtype, int op);
 /* Offsets of the segment's parts, for tests that corrupt a live segment on purpose:
  * {attached flag, rank blocks, rank block size, its call slots, call slot size, the

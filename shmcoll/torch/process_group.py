@@ -89,7 +89,9 @@ class ProcessGroupShmcoll(dist.ProcessGroup):
         self._rank, self._size = rank, size     # (asking the C++ side costs a call)
         self._store, self._timeout = store, timeout
         self.comm = rendezvous.join(store, rank, size, timeout)
-        self._completions = Completions(f"rank {rank} of {size}")
+        # the futures of collectives [0] and of sends and receives [1], set apart
+        self._completions = tuple(Completions(f"rank {rank} of {size}, {kind}")
+                                  for kind in ("collectives", "messages"))
         self._others = {}           # device type -> the backend its tensors go to
         self._coalesced = None      # TorchWorks issued between _start/_end_coalescing
 
@@ -544,12 +546,14 @@ class ProcessGroupShmcoll(dist.ProcessGroup):
     # -- lifecycle -----------------------------------------------------------
     def shutdown(self):
         """Leave the group once its calls completed (destroy_process_group)."""
-        self._completions.stop()
+        for completions in self._completions:
+            completions.stop()
         self.comm.close()
 
     def abort(self):
         """Leave at once: the other ranks' waits for this one end with an error."""
-        self._completions.stop()
+        for completions in self._completions:
+            completions.stop()
         self.comm._fail()
 
     def __repr__(self):

@@ -6,11 +6,12 @@ engine could not write directly (non-contiguous tensors, lists of tensors).  Tha
 step runs exactly once, in whichever thread first sees the calls complete.
 
 ``get_future()`` is what DDP and communication hooks wait on, from C++ and without
-calling back into this object; so a future is completed by a thread of its own (one
-per group, started at the first future still pending), which waits for the calls in
-the order they were issued (the order collectives complete in; a send or receive may
-complete sooner, and its future is set in its turn) and then sets the result, or a
-real error (see _outcome).
+calling back into this object; so a future is completed by a thread of its own (two
+per group, one for collectives and one for sends and receives, as shmcoll keeps the
+two kinds apart; each started at its first future still pending), which waits for
+the calls of its kind in the order they were issued (the order collectives complete
+in; a send or receive may complete sooner, and its future is set in its turn) and
+then sets the result, or a real error (see _outcome).
 """
 import atexit
 import collections
@@ -37,6 +38,10 @@ class TorchWork(dist.Work):
         super().__init__()
         self._group, self._name, self._outputs = group, name, outputs
         self._pending, self._finish = list(pending), finish
+        # which of the group's completion threads sets its future: a send, a receive,
+        # or a coalesced batch of them (batch_isend_irecv) goes with the messages
+        self._messages = name in ("send", "recv") or bool(self._pending) and all(
+            isinstance(w, TorchWork) and w._messages for w in self._pending)
         self._done = not self._pending and finish is None
         self._error = None
         self._future = None
@@ -120,7 +125,7 @@ class TorchWork(dist.Work):
             if self.is_completed():
                 self._publish()
             else:
-                self._group._completions.add(self)
+                self._group._completions[self._messages].add(self)
         return self._future
 
     def __repr__(self):
@@ -130,7 +135,8 @@ class TorchWork(dist.Work):
 
 
 class Completions:
-    """The thread that completes a group's pending futures, in issue order."""
+    """The thread that completes a group's pending futures of one kind (collectives,
+    or sends and receives), in issue order."""
 
     def __init__(self, group_name):
         self._name = f"shmcoll-torch-futures ({group_name})"
