@@ -16,7 +16,7 @@ gather / scatter / barrier       gather / scatter / barrier
 all_to_all_single                alltoall (even split), alltoallv (split sizes)
 all_to_all (lists)               alltoallv over the tensors packed end to end
 send / recv (isend, irecv)       send / recv, nonblocking (batch_isend_irecv: the
-                                 progress thread runs queued p2p calls together)
+                                 messages' progress thread runs them together)
 coalesced variants               one call per dtype (allreduce), else one per tensor
 
 Reduce ops: SUM, PRODUCT, MIN, MAX, BAND, BOR, BXOR, AVG (the sum divided by the
