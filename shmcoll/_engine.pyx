@@ -101,6 +101,7 @@ cdef extern from "csrc/shmcoll.h" nogil:
         int64_t got_tag, got_dtype
         uint64_t got_bytes
     int sc_p2p(sc_comm *c, sc_p2p_op **ops, int n)
+    int64_t sc_p2p_self_room(const sc_comm *c)
     int sc_barrier(sc_comm *c)
     int sc_cma_agree(sc_comm *c, int allowed, int *agreed, double costs[4])
     int sc_run(sc_comm *c, const sc_args *a)
@@ -1333,15 +1334,10 @@ cdef class Engine:
             w.w.ops, w.w.nops = w.ops, n
             w.keep, w.result = ops, result
             return self._enqueue(w)
-        if n == 1 and cops[0].kind == SC_P2P_SEND and cops[0].peer == self.rank and \
-                cops[0].bytes > self._message_room:
-            raise ValueError(
-                f"send on rank {self.rank}: a blocking send of {cops[0].bytes} bytes to this "
-                f"rank itself can never complete: it does not fit the channel "
-                f"({self._message_room} bytes) and nothing can receive it while it waits; "
-                f"send it with async_op=True and then recv it, or use sendrecv")
         self._enter(MESSAGES)
         try:
+            if n == 1 and cops[0].kind == SC_P2P_SEND and cops[0].peer == self.rank:
+                self._refuse_stuck_self_send(cops[0].bytes)
             with nogil:
                 st = sc_p2p(self.c, ptrs, n)
             if st:
@@ -1352,6 +1348,23 @@ cdef class Engine:
             if cops[i].status == SC_ETRUNCATE:
                 raise _truncated(&cops[i], 1, _p2p_name(cops, n), self.rank)
         return result
+
+    cdef int _refuse_stuck_self_send(self, uint64_t nbytes) except -1:
+        """A blocking send to this rank itself runs alone (the sends and receives
+        queued before it would have taken it along): if it does not fit the free room
+        of its channel now it can never complete, as nothing receives it meanwhile."""
+        cdef int64_t room = sc_p2p_self_room(self.c)
+        if <int64_t>nbytes <= room:
+            return 0
+        if nbytes > self._message_room:
+            why = f"it does not fit the channel ({self._message_room} bytes)"
+        else:
+            why = (f"the channel has room for {max(room, 0)} bytes now (earlier messages to "
+                   f"this rank itself, not received yet, hold the rest)")
+        raise ValueError(
+            f"send on rank {self.rank}: a blocking send of {nbytes} bytes to this rank "
+            f"itself can never complete: {why} and nothing can receive it while it waits; "
+            f"send it with async_op=True and then recv it, or use sendrecv")
 
     def close(self, bint failed=False):
         """Leave the job.  A call running in another thread is asked to give up

@@ -8,6 +8,7 @@ import numpy as np
 
 from reference import dtype_of
 from shmcoll import ANY_TAG
+from shmcoll._core import settings
 from shmcoll.errors import MismatchError
 
 
@@ -372,6 +373,19 @@ def p2p_refusals(comm):
         except (TypeError, ValueError) as e:
             seen[name] = type(e).__name__
     seen["after"] = comm.sendrecv(np.arange(3.0), comm.rank).tolist()
+    # to itself, blocking, fits the channel but not the room the first one left
+    room = settings.get("SHMCOLL_SLOTS") * settings.get("SHMCOLL_SLOT_BYTES") - 64
+    half = np.full(room // 8 * 6 // 10, 2.0)
+    comm.send(half, comm.rank, tag=1)
+    try:
+        comm.send(half + 1, comm.rank, tag=2)
+        seen["second_to_itself"] = None
+    except ValueError as e:
+        seen["second_to_itself"] = "not received yet" in str(e)
+    got = [comm.recv(np.empty_like(half), comm.rank, tag=1)]
+    comm.send(half + 1, comm.rank, tag=2)    # the room is back
+    got.append(comm.recv(np.empty_like(half), comm.rank, tag=2))
+    seen["then"] = [float(g[0]) for g in got] + [float(g[-1]) for g in got]
     return seen
 
 

@@ -365,6 +365,14 @@ int sc_p2p(sc_comm *c, sc_p2p_op *const *ops, int n)
     return sc_p2p_run(c, (sc_p2p_op **)ops, n, n, NULL, NULL, NULL);
 }
 
+int64_t sc_p2p_self_room(const sc_comm *c)
+{
+    const sc_endpoint *e = &c->p2p_send[c->rank];
+    uint64_t tail = atomic_load_explicit(&e->ch->tail.value, memory_order_acquire);
+    uint64_t free_slots = c->nslots - (e->seq - tail);
+    return free_slots ? (int64_t)(free_slots * c->slot_bytes - SC_P2P_FRAME_BYTES) : -1;
+}
+
 void sc_p2p_free_stash(sc_comm *c)
 {
     if (!c->stash)

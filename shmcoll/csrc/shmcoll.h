@@ -216,6 +216,10 @@ typedef struct sc_p2p_op {
  * (each op's status says which), else the failure that stopped them (later sends
  * and receives are then refused: a message is mid-channel; collectives go on). */
 int sc_p2p(sc_comm *c, sc_p2p_op *const *ops, int n);
+/* The largest message a send to this rank itself fits in the free slots of its
+ * channel now (-1: not even an empty one), for a caller that knows nothing else
+ * receives from that channel while it waits. */
+int64_t sc_p2p_self_room(const sc_comm *c);
 
 /* Nonblocking calls (sc_progress.c).  A progress thread runs the works submitted to
  * its queue one by one in submission order, exactly as sc_run / sc_barrier / sc_p2p
