@@ -2,6 +2,7 @@
 them).  Every rank can compute any rank's input, so each rank checks its own result
 against numpy and returns the problems it found (a list of strings; [] is a pass)."""
 import os
+import signal
 import time
 
 import numpy as np
@@ -289,22 +290,38 @@ def _wait_for_file(path):
         time.sleep(0.01)
 
 
+class Interrupted(Exception):
+    """What the alarm of _interrupting raises inside a blocked call."""
+
+
+def _interrupting(call, after=1.0):
+    """call() with SIGALRM raising Interrupted in it after `after` seconds; the name
+    of what it raised (None if nothing)."""
+    def ring(signum, frame):
+        raise Interrupted()
+    old = signal.signal(signal.SIGALRM, ring)
+    signal.setitimer(signal.ITIMER_REAL, after)
+    try:
+        call()
+        return None
+    except Exception as e:          # noqa: BLE001 - the test checks the type
+        return type(e).__name__
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
 def p2p_broken_halfway_spares_collectives(comm, n, folder):
-    """Rank 0's blocking send larger than the channel times out half-way (rank 1 is
-    not receiving yet); then rank 1's receive of it times out half-way.  Sends and
-    receives are refused after that on both ranks; collectives go on.  (The ranks
+    """Rank 0's blocking send larger than the channel is interrupted half-way (rank 1
+    is not receiving yet); then rank 1's receive of it is interrupted half-way.  Sends
+    and receives are refused after that on both ranks; collectives go on.  (The ranks
     take turns through files, which have no timeout.)"""
     r, seen = comm.rank, []
     sent_failed, recv_failed = os.path.join(folder, "sent"), os.path.join(folder, "received")
-    try:
-        if r == 0:
-            comm.send(np.ones(n), 1)
-        else:
-            _wait_for_file(sent_failed)
-            comm.recv(np.empty(n), 0)
-        seen.append("moved?")
-    except Exception as e:          # noqa: BLE001 - the test checks the type
-        seen.append(type(e).__name__)
+    if r == 1:
+        _wait_for_file(sent_failed)
+    seen.append(_interrupting(lambda: comm.send(np.ones(n), 1) if r == 0 else
+                              comm.recv(np.empty(n), 0)))
     open(sent_failed if r == 0 else recv_failed, "w").close()
     _wait_for_file(recv_failed)
     seen.append(comm.allreduce(np.array([r + 1])).tolist())
@@ -320,15 +337,14 @@ def p2p_broken_halfway_spares_collectives(comm, n, folder):
 
 
 def p2p_after_a_failed_collective(comm, folder):
-    """Rank 0's allreduce times out (rank 1 never calls it); a nonblocking send after
-    it must fail, not report a message that never left."""
+    """Rank 0's allreduce is interrupted (rank 1 never calls it); a nonblocking send
+    or receive after it must fail, not report a message that never moved."""
     done = os.path.join(folder, "done")
     if comm.rank == 1:
         _wait_for_file(done)
         return None
-    seen = []
-    for call in (lambda: comm.allreduce(np.ones(4)),
-                 lambda: comm.send(np.ones(4), 1, async_op=True).wait(),
+    seen = [_interrupting(lambda: comm.allreduce(np.ones(4)))]
+    for call in (lambda: comm.send(np.ones(4), 1, async_op=True).wait(),
                  lambda: comm.recv(np.empty(4), 1, async_op=True).wait()):
         try:
             call()

@@ -7,6 +7,7 @@ import pytest
 
 import shmcoll
 from shmcoll._core import segment
+from procs import launch_timing_out_fast
 from workers import allreduce_sum_of_rank, kill_self_on, raise_on, rank_and_size, sleep_then_allreduce
 
 
@@ -57,7 +58,7 @@ def test_launch_leaves_no_segment_behind():
 
 def test_collective_timeout_raises_timeout_error_naming_the_wait():
     with pytest.raises(shmcoll.LaunchError) as info:
-        shmcoll.launch(sleep_then_allreduce, 2, args=(1, 5.0), timeout=0.5)
+        launch_timing_out_fast(sleep_then_allreduce, 2, args=(1, 5.0), timeout=0.5)
     failure = info.value.failures[0]
     assert "TimeoutError" in failure and "allreduce" in failure and "rank 1" in failure
     assert "rank(s) [1] never reached this call" in failure

@@ -4,6 +4,7 @@ with collectives; large exchanges both ways (no deadlock)."""
 import pytest
 
 import exchange_workers as xw
+from procs import launch_timing_out_fast
 from reference import ALL_DTYPES
 
 
@@ -62,21 +63,20 @@ def test_bad_arguments_are_refused(pools):
 def test_a_message_broken_half_way_spares_the_collectives(tmp_path):
     import shmcoll
     sender, receiver = shmcoll.launch(xw.p2p_broken_halfway_spares_collectives, 2,
-                                      args=(300_001, str(tmp_path)), timeout=1.0)
+                                      args=(300_001, str(tmp_path)), timeout=120)
     for seen in (sender, receiver):
-        assert seen[0] == "TimeoutError" and seen[1] == [3] and seen[3] == [[0], [1]], seen
+        assert seen[0] == "Interrupted" and seen[1] == [3] and seen[3] == [[0], [1]], seen
         assert seen[2].startswith("CommunicatorBrokenError") and "an earlier call failed" \
-            in seen[2] and "(TimeoutError: " in seen[2], seen
+            in seen[2] and "interrupted by a signal" in seen[2], seen
 
 
 def test_a_nonblocking_message_after_a_failed_collective_fails(tmp_path):
     import shmcoll
     seen = shmcoll.launch(xw.p2p_after_a_failed_collective, 2, args=(str(tmp_path),),
-                          timeout=1.0)[0]
-    assert seen == ["TimeoutError", "CommunicatorBrokenError", "CommunicatorBrokenError"]
+                          timeout=120)[0]
+    assert seen == ["Interrupted", "CommunicatorBrokenError", "CommunicatorBrokenError"]
 
 
 def test_a_timed_out_receive_can_wait_again_and_a_closed_sender_is_an_error():
-    import shmcoll
-    got = shmcoll.launch(xw.p2p_failures, 2, timeout=1.0)[0]
+    got = launch_timing_out_fast(xw.p2p_failures, 2)[0]
     assert got == ["TimeoutError", [0.0, 1.0], "PeerLostError"]

@@ -16,6 +16,7 @@ import shmcoll
 from shmcoll import _engine
 from shmcoll._core import segment
 from shmcoll._core.settings import EngineParams
+from procs import launch_timing_out_fast
 from workers import (allreduce_with_memory_limit, close_during_call, close_from_signal_handler,
                      kill_self_on, late_allreduce, second_thread_enters, two_threads_hammer)
 
@@ -213,7 +214,7 @@ def test_roots_are_integers_in_range(root, error):
 def test_timeout_names_the_rank_that_never_came_not_the_live_peer_waited_for(tmp_path):
     # rank 2 comes only after ranks 0 and 1 have timed out
     flags = [str(tmp_path / f"done{r}") for r in range(2)]
-    out = shmcoll.launch(late_allreduce, 3, args=(2, 0.0, flags), timeout=1.0)
+    out = launch_timing_out_fast(late_allreduce, 3, args=(2, 0.0, flags))
     for rank in (0, 1):
         kind, _, text = out[rank]
         assert kind == "TimeoutError", out[rank]
