@@ -11,6 +11,7 @@ from reference import dtype_of
 from shmcoll import ANY_TAG
 from shmcoll._core import settings
 from shmcoll.errors import MismatchError
+from workers import _wait_for_file
 
 
 def data(rank, shape, dt, seed=0):
@@ -285,11 +286,6 @@ def p2p_completed_work_outlives_its_group(comm):
     return seen
 
 
-def _wait_for_file(path):
-    while not os.path.exists(path):
-        time.sleep(0.01)
-
-
 class Interrupted(Exception):
     """What the alarm of _interrupting raises inside a blocked call."""
 
@@ -402,6 +398,17 @@ def p2p_refusals(comm):
     comm.send(half + 1, comm.rank, tag=2)    # the room is back
     got.append(comm.recv(np.empty_like(half), comm.rank, tag=2))
     seen["then"] = [float(g[0]) for g in got] + [float(g[-1]) for g in got]
+    # a channel to itself filled to the last byte has no room even for an empty message
+    full = np.full(room, 7, np.uint8)
+    comm.send(full, comm.rank, tag=3)
+    try:
+        comm.send(np.empty(0), comm.rank, tag=4)
+        seen["empty_when_full"] = None
+    except ValueError as e:
+        seen["empty_when_full"] = "room for 0 bytes" in str(e)
+    seen["full"] = int(comm.recv(np.empty_like(full), comm.rank, tag=3).sum()) == 7 * room
+    comm.send(np.empty(0), comm.rank, tag=4)
+    seen["empty"] = comm.recv(np.empty(0), comm.rank, tag=4).shape
     return seen
 
 

@@ -57,7 +57,8 @@ def test_bad_arguments_are_refused(pools):
     assert seen == {"dst": "ValueError", "negative_tag": "ValueError", "bool_rank": "TypeError",
                     "objects": "TypeError", "readonly": "ValueError", "to_itself": "ValueError",
                     "after": [0.0, 1.0, 2.0], "second_to_itself": True,
-                    "then": [2.0, 3.0, 2.0, 3.0]}
+                    "then": [2.0, 3.0, 2.0, 3.0], "empty_when_full": True, "full": True,
+                    "empty": (0,)}
 
 
 def test_a_message_broken_half_way_spares_the_collectives(tmp_path):

@@ -214,7 +214,6 @@ static void run_p2p(sc_progress *p, sc_work *first)
             settle_p2p(p, b.works[i], st);
         if (st != SC_OK) {
             p->failed = st;
-            p->failure.status = st;     /* its details, for the works skipped after it */
             p->failure.err_peer = p->c->blame[1].peer;
             p->failure.err_waited = p->c->blame[1].waited;
             p->failure.err_what = p->c->blame[1].what;
