@@ -10,9 +10,12 @@ import pytest
 
 from reference import (ALL_DTYPES, FLOAT_DTYPES, bitwise_equal, expected_result, ops_for,
                        dtype_of)
-from workers import run_cases, float_sum_random, random_allreduce_every_way
+from workers import (algorithm_labels, inline_nonblocking, run_cases, float_sum_random,
+                     random_allreduce_every_way)
+from shmcoll import _engine
 from shmcoll._core.settings import SETTINGS
 from shmcoll.collectives import NAMES, REDUCING, ROOTED
+from shmcoll.tuning.algorithms.direct import INLINE_COLLECTIVES
 from shmcoll.tuning.selector import algorithms_for
 
 WORLDS = [1, 2, 3, 4, 5, 8]
@@ -236,9 +239,51 @@ def test_fanned_out_chunks_wait_for_their_slowest_reader(monkeypatch, P):
     from workers import fanned_out_calls
     monkeypatch.setenv("SHMCOLL_SLOT_BYTES", "256")
     monkeypatch.setenv("SHMCOLL_SLOTS", "2")
-    for wrong, ran in shmcoll.launch(fanned_out_calls, P, args=((1, 33, 1001, 100_003), 12)):
+    for wrong, ran in shmcoll.launch(fanned_out_calls, P, args=((7, 33, 1001, 100_003), 12)):
         assert wrong == 0
         assert ran == {"direct (one-shot)", "direct (two-shot)"}, ran
+
+
+INLINE_LIMIT = _engine.INLINE_BYTES
+
+
+def inline_boundary_cases(P):
+    """(cases, [(collective, priced bytes, runs inline)]): every collective with an
+    inline schedule at the most its call records carry and one element past it."""
+    cases, sizes = [], []
+    for coll in INLINE_COLLECTIVES:
+        for dt in ("uint8", "float16", "float32", "float64"):
+            isz = dtype_of(dt).itemsize
+            fits = INLINE_LIMIT // isz // (P if coll == "reduce_scatter" else 1)
+            for count, inline in ((fits, True), (fits + 1, False)):
+                shape = (count * P,) if coll == "reduce_scatter" else (count,)
+                for op in (ops_for(dt) if coll in REDUCING else ["sum"]):
+                    for inplace in (False, True):
+                        for algo in (None, "direct"):
+                            cases.append((coll, shape, dt, op, inplace, algo, 0, P - 1))
+                priced = count * isz * (P if coll in ("reduce_scatter", "allgather") else 1)
+                sizes.append((coll, priced, inline))
+    return cases, sizes
+
+
+@pytest.mark.parametrize("P", [2, 3, 4])
+def test_calls_carried_in_the_records_at_their_limit(pools, P):
+    """Every rank's part in its call record (direct's inline schedule) up to
+    SC_INLINE_BYTES, through the channels one element past it: both right, in place
+    too, and `direct` runs inline exactly where it fits (what `auto` picks there is
+    the selector's test; a trial may settle it otherwise)."""
+    cases, sizes = inline_boundary_cases(P)
+    per_rank = pools(P).run(run_cases, cases)
+    wrong = [(case, rank) for i, case in enumerate(cases) for rank in range(P)
+             if not bitwise_equal(per_rank[rank][i], expected_result(case, P, rank))]
+    assert not wrong, f"{len(wrong)} wrong of {len(cases)}: {wrong[:10]}"
+    named = pools(P).run(algorithm_labels, [(c, n, "direct") for c, n, _ in sizes])[0]
+    for (coll, n, inline), label in zip(sizes, named):
+        assert (label == "direct (inline)") == inline, (coll, n, label)
+
+
+def test_nonblocking_calls_carried_in_the_records(pools):
+    assert pools(3).run(inline_nonblocking, 40) == [[]] * 3
 
 
 def test_dtype_of_results_is_preserved(pools):

@@ -8,11 +8,12 @@ from shmcoll.cuda.path import HOST_ONLY, VARIANTS
 from shmcoll.tuning.algorithms import ALL, REGISTRY, SINGLE_COPY, name_of_code
 
 
-def priced_schedules(world=4, nbytes=4096):
-    """{(collective, engine code)} of every variant the algorithm modules price (the
-    single-copy ones included)."""
+def priced_schedules(world=4, sizes=(8, 4096)):
+    """{(collective, engine code)} of every variant the algorithm modules price at
+    some of `sizes` (the single-copy ones included; direct's inline one only where
+    every rank's part fits in its call record)."""
     return {(coll, code) for alg in ALL.values() for coll in alg.COLLECTIVES
-            for _, code, _ in alg.variants(coll, world, nbytes)}
+            for nbytes in sizes for _, code, _ in alg.variants(coll, world, nbytes)}
 
 
 def test_single_copy_schedules_are_apart_from_the_ordinary_ones():

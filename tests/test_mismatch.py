@@ -60,6 +60,30 @@ def zero_size_cases(world=4):
     ]
 
 
+def inline_cases(world=4):
+    """Calls whose every rank's part rides in its call record (direct's inline
+    schedule), the last rank's differing in each field; and against a call one element
+    too big for the records, which runs through the channels (that rank waits for data
+    its peers never send: their check of its record must stop it)."""
+    cases = []
+    for kind in ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce"):
+        base = spec(kind, 3)
+        cases += [(f"inline-{kind}-count", "count", odd_last(base, spec(kind, 2), world)),
+                  (f"inline-{kind}-dtype", "dtype", odd_last(base, spec(kind, 3, "int32"), world))]
+        if kind in ROOTED:
+            cases.append((f"inline-{kind}-root", "root",
+                          odd_last(base, spec(kind, 3, root=1), world)))
+    limit = 48 // 4     # float32 elements in a record
+    for kind in ("allreduce", "broadcast", "reduce", "allgather"):
+        cases += [(f"inline-vs-channel-{kind}", "count",
+                   odd_last(spec(kind, limit), spec(kind, limit + 1), world)),
+                  (f"channel-vs-inline-{kind}", "count",
+                   odd_last(spec(kind, limit + 1), spec(kind, limit), world))]
+    cases.append(("inline-allreduce-vs-allgather", "collective",
+                  odd_last(spec("allreduce", 3), spec("allgather", 3), world)))
+    return cases
+
+
 def run_cases(cases, world):
     job = "mm-" + secrets.token_hex(4)
     per_case = [calls for _, _, calls in cases]
@@ -84,6 +108,12 @@ def test_every_rank_raises_for_every_collective_algorithm_and_field(world):
 @pytest.mark.parametrize("world", [2, 4])
 def test_calls_that_move_no_data_are_checked_on_every_rank(world):
     cases = zero_size_cases(world)
+    assert_every_rank_raised_at_first_call(cases, run_cases(cases, world))
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_calls_carried_in_the_records_are_checked_on_every_rank(world):
+    cases = inline_cases(world)
     assert_every_rank_raised_at_first_call(cases, run_cases(cases, world))
 
 

@@ -5,6 +5,7 @@ import math
 
 import pytest
 
+from shmcoll import _engine
 from shmcoll.tuning import calibration
 from shmcoll.tuning import selector
 from shmcoll.tuning.algorithms import REGISTRY, direct, naive, rhd, ring, tree
@@ -84,7 +85,7 @@ def test_setup_is_a_per_call_cost_of_one_algorithm():
 def test_overhead_prices_messages_not_steps():
     one = CostModel(alpha=0, overhead=1e-6, beta=0, gamma=0)
     assert one.seconds(Terms(steps=5, messages=3)) == pytest.approx(3e-6)
-    s = seconds(direct, "allreduce", 4, 0, one)
+    s = seconds(direct, "allreduce", 4, 4096, one)
     assert s == {"one-shot": pytest.approx(3e-6), "two-shot": pytest.approx(6e-6)}
 
 
@@ -130,8 +131,26 @@ def test_explicit_algo_wins_and_unknown_names_fail():
         selector.choose("allreduce", 4, 8, "butterfly")
 
 
+@pytest.mark.parametrize("P", [2, 3, 4, 8])
+def test_calls_that_fit_the_call_records_run_inline(P):
+    """Inline does a part of what every other schedule does (each publishes its call and
+    checks every peer's), so the reference model picks it wherever every rank's part
+    fits in its record, whatever each collective's fit put its fixed costs into."""
+    model = calibration.model_for(P)[0]
+    for coll in direct.INLINE_COLLECTIVES:
+        per_rank = P if coll == "allgather" else 1
+        for part in (0, 8, _engine.INLINE_BYTES):
+            decision = selector.decide(coll, P, part * per_rank, model=model)
+            assert decision.candidate.label == "direct (inline)", (coll, part, decision)
+            others = [c.seconds for c in decision.table.values() if c.algorithm != "direct"]
+            assert decision.candidate.seconds <= min(others) * (1 + 1e-9)
+        past = selector.decide(coll, P, (_engine.INLINE_BYTES + 1) * per_rank, model=model)
+        assert past.table["direct"].variant != "inline"
+
+
 def test_a_fixed_algorithm_still_picks_its_variant_by_size():
-    assert selector.code("allreduce", 4, 8, "direct", model=M) == direct.CODE
+    assert selector.code("allreduce", 4, 8, "direct", model=M) == direct.CODE_INLINE
+    assert selector.code("allreduce", 4, 49, "direct", model=M) == direct.CODE
     assert selector.code("allreduce", 4, 64 << 20, "direct", model=M) == direct.CODE_TWO_SHOT
     assert selector.code("allreduce", 8, 8, "rhd", model=M) == rhd.CODE_DOUBLING
     assert selector.code("allreduce", 8, 64 << 20, "rhd", model=M) == rhd.CODE_HALVING

@@ -9,6 +9,7 @@ from shmcoll.tuning.algorithms.rounds import per_rank_totals
 from shmcoll.tuning.algorithms.terms import log2_ceil
 from shmcoll.simulator import PRESETS, Cluster, Link, candidates, crossover, parse_link, price, simulate
 from shmcoll.simulator import seed
+from shmcoll.simulator.model import simulated_variants
 
 ALPHA, BETA = 1e-6, 1e-9
 
@@ -16,7 +17,7 @@ ALPHA, BETA = 1e-6, 1e-9
 def every_variant():
     for name, alg in REGISTRY.items():
         for coll in alg.COLLECTIVES:
-            for variant, _, _ in alg.variants(coll, 2, 1):
+            for variant in simulated_variants(alg, coll, 2):
                 yield name, coll, variant
 
 

@@ -1,6 +1,7 @@
 /* Mismatched calls.  A rank publishes {collective, count, dtype, op, root, algorithm,
  * where x and out lie in symmetric buffers} (and, not compared, the addresses of x and
- * out in its own process, for peers that read them with cross-memory attach)
+ * out in its own process, for peers that read them with cross-memory attach, or an
+ * inline call's part, which a peer's check copies out: sc_inline.c)
  * before it moves data, checks a peer's call the first time it is about to consume
  * something that peer sent in this call, and before it returns checks every peer it
  * has not checked yet.  So no rank returns success while any rank of the job made
@@ -8,14 +9,20 @@
  * and no rank can run more than one call ahead of another.  A difference is recorded
  * once in the header and aborts the job with the mismatch reason, so every rank raises
  * the same MismatchError instead of hanging or reducing bytes of another call. */
+#include <string.h>
+
 #include "sc_internal.h"
 
 void sc_call_begin(sc_comm *c, int collective, int64_t count, int dtype, int op, int root, int algo,
-                   int64_t sym_x, int64_t sym_out, const void *x, const void *out)
+                   int64_t sym_x, int64_t sym_out, const void *x, const void *out,
+                   const void *payload, size_t payload_bytes)
 {
     c->call_seq++;
-    c->call = (sc_call){ { collective, count, dtype, op, root, algo, sym_x, sym_out },
-                         { (uint64_t)(uintptr_t)x, (uint64_t)(uintptr_t)out } };
+    c->call = (sc_call){ .field = { collective, count, dtype, op, root, algo, sym_x, sym_out } };
+    c->call.where[SC_WHERE_X] = (uint64_t)(uintptr_t)x;
+    c->call.where[SC_WHERE_OUT] = (uint64_t)(uintptr_t)out;
+    if (payload_bytes)      /* (an inline call: x and out are not published then) */
+        memcpy(c->call.payload, payload, payload_bytes);
     sc_call_slot *slot = &c->ranks[c->rank].calls[c->call_seq % SC_CALL_HISTORY];
     slot->call = c->call;
     sc_signal(&slot->seq, c->call_seq);
@@ -63,7 +70,9 @@ int sc_call_check(sc_comm *c, int peer)
     for (int f = 0; f < SC_CALL_FIELDS; f++)
         if (c->call.field[f] != theirs.field[f])
             return mismatch(c, f, peer, c->call.field[f], theirs.field[f]);
-    if (c->peer_where) {    /* (read inside the sequence check: this call's addresses) */
+    if (c->call.field[SC_FIELD_ALGORITHM] == SC_ALGO_DIRECT_INLINE)   /* (theirs too) */
+        memcpy(c->parts + (size_t)peer * SC_INLINE_BYTES, theirs.payload, SC_INLINE_BYTES);
+    else if (c->peer_where) {   /* (read inside the sequence check: this call's addresses) */
         c->peer_where[2 * peer + SC_WHERE_X] = theirs.where[SC_WHERE_X];
         c->peer_where[2 * peer + SC_WHERE_OUT] = theirs.where[SC_WHERE_OUT];
     }

@@ -210,11 +210,13 @@ sc_comm *sc_attach(void *base, size_t size, int fd, int rank, int world, uint64_
     sc_endpoint *eps = calloc(2 * SC_TABLES * (size_t)world, sizeof(sc_endpoint));
     char *scratch = malloc(2 * (size_t)h->slot_bytes);
     uint64_t *fan_read = calloc((size_t)world, sizeof(uint64_t));
-    if (!c || !eps || !scratch || !fan_read) {
+    unsigned char *parts = malloc((size_t)world * SC_INLINE_BYTES);
+    if (!c || !eps || !scratch || !fan_read || !parts) {
         free(c);
         free(eps);
         free(scratch);
         free(fan_read);
+        free(parts);
         *status = SC_ENOMEM;
         return NULL;
     }
@@ -234,6 +236,7 @@ sc_comm *sc_attach(void *base, size_t size, int fd, int rank, int world, uint64_
     c->p2p_recv = eps + 3 * world;
     c->scratch = scratch;
     c->fan_read = fan_read;
+    c->parts = parts;
     for (int k = 0; k < 2; k++)
         c->blame[k] = (sc_blame){ -1, -1, "" };
 
@@ -245,6 +248,7 @@ sc_comm *sc_attach(void *base, size_t size, int fd, int rank, int world, uint64_
         free(eps);
         free(scratch);
         free(fan_read);
+        free(parts);
         free(c);
         *status = SC_ERANKTAKEN;
         return NULL;
@@ -366,26 +370,22 @@ void sc_detach(sc_comm *c, int failed)
     free(c->send);
     free(c->scratch);
     free(c->fan_read);
+    free(c->parts);
     free(c->wide);
     free(c->peer_where);
     free(c->stage);
     free(c);
 }
 
-/* A central barrier on monotonic counters: entering barrier n publishes n, then
- * waits until every peer has published at least n.  No reset, no sense reversal. */
+/* A barrier is a call that moves nothing: publishing it and checking every peer's
+ * (which waits until that peer published this very call) is the whole of it. */
 int sc_barrier(sc_comm *c)
 {
     if (c->broken)
         return SC_EBROKEN;
-    sc_call_begin(c, SC_COLL_BARRIER, 0, -1, -1, -1, -1, -1, -1, NULL, NULL);
-    uint64_t n = ++c->barrier_seq;
-    sc_signal(&c->ranks[c->rank].barrier, n);
+    sc_call_begin(c, SC_COLL_BARRIER, 0, -1, -1, -1, -1, -1, -1, NULL, NULL, NULL, 0);
     for (int i = 1; i < c->world; i++) {
-        int peer = (c->rank + i) % c->world;
-        int st = sc_call_check(c, peer);
-        if (st == SC_OK)
-            st = sc_wait_ge(c, &c->ranks[peer].barrier, n, peer, "waiting in the barrier for", NULL);
+        int st = sc_call_check(c, (c->rank + i) % c->world);
         if (st != SC_OK) {
             c->broken = 1;
             return st;

@@ -13,7 +13,7 @@
 #include "shmcoll.h"
 
 #define SC_MAGIC 0x6c6c6f636d687353ULL   /* "Sshmcoll" little-endian */
-#define SC_LAYOUT_VERSION 11u
+#define SC_LAYOUT_VERSION 12u
 #define SC_TABLES 2          /* channel tables: collectives, point-to-point */
 #define SC_LINE 128
 #define SC_PAGE 4096
@@ -39,9 +39,14 @@ enum sc_abort_reason { SC_ABORT_NONE = 0, SC_ABORT_FAILED = 1, SC_ABORT_MISMATCH
  * disagree stop before a single wrong byte is used. */
 typedef struct sc_call {
     int64_t field[SC_CALL_FIELDS];   /* enum sc_call_field order */
-    /* Not compared: where this rank's x and out lie in its own address space, read
-     * by peers with cross-memory attach (the cma schedules; 0 in other calls). */
-    uint64_t where[2];
+    /* Not compared.  where: where this rank's x and out lie in its own address space,
+     * read by peers with cross-memory attach (the cma schedules; 0 in other calls);
+     * payload: this rank's part of an inline call (sc_inline.c), read by every peer
+     * with the record.  (Sized so that the record and its flag fill a line pair.) */
+    union {
+        uint64_t where[2];
+        unsigned char payload[SC_INLINE_BYTES];
+    };
 } sc_call;
 enum { SC_WHERE_X = 0, SC_WHERE_OUT = 1 };
 
@@ -86,7 +91,7 @@ typedef struct sc_header {
 } sc_header;
 
 typedef struct sc_rank_block {
-    SC_ALONE sc_flag barrier;        /* barriers this rank has entered */
+    SC_ALONE sc_flag barrier;        /* single-copy calls this rank is done with */
     sc_call_slot calls[SC_CALL_HISTORY];
     _Alignas(SC_LINE) _Atomic int32_t pid;
     _Atomic int32_t state;           /* enum sc_rank_state */
@@ -158,7 +163,7 @@ struct sc_comm {
     sc_endpoint *recv;   /* indexed by source rank */
     sc_endpoint *p2p_send, *p2p_recv;   /* point-to-point's own channels */
     sc_stashed **stash;  /* per source: messages received ahead of their receive */
-    uint64_t barrier_seq;
+    uint64_t barrier_seq; /* single-copy calls done (ranks[rank].barrier) */
     uint64_t call_seq;   /* calls published so far */
     sc_call call;        /* the current one */
     char *scratch;       /* 2 x slot_bytes of process-local accumulator space */
@@ -184,6 +189,9 @@ struct sc_comm {
      * every peer at once, and, per peer, how many of that peer's it has read. */
     uint64_t fan_sent;
     uint64_t *fan_read;
+    /* Inline calls: every rank's part of the current call, SC_INLINE_BYTES each, copied
+     * out of the records as they are checked (own part included). */
+    unsigned char *parts;
     /* sc_hold: the caller's lock, released before a wait lasts past hold_ns. */
     void (*release)(void *);
     void *release_arg;
@@ -250,6 +258,15 @@ int sc_single_copy_allgather(sc_comm *c, const sc_args *a, const struct sc_kerne
 int sc_single_copy_broadcast(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 int sc_single_copy_reduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 int sc_single_copy_gather(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+/* Inline schedules (sc_inline.c): every rank's part in its call record. */
+int sc_inline_allreduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_inline_reduce_scatter(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_inline_allgather(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_inline_broadcast(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_inline_reduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+/* The bytes of x a rank publishes in an inline call (more than SC_INLINE_BYTES: the
+ * call cannot run inline). */
+size_t sc_inline_part_bytes(const sc_args *a, const struct sc_kernels *k, int world);
 
 /* Cross-memory attach (sc_cma.c): bytes of rank q's process at `remote` into dst;
  * a failure aborts the job (the peer is gone or unreachable) and names q. */
@@ -334,7 +351,8 @@ int sc_wait_any(sc_comm *c, sc_flag *const *flags, const uint64_t *targets, cons
  * every peer not checked yet before returning, so that every rank learns of every
  * mismatch, calls that move no data included. */
 void sc_call_begin(sc_comm *c, int collective, int64_t count, int dtype, int op, int root, int algo,
-                   int64_t sym_x, int64_t sym_out, const void *x, const void *out);
+                   int64_t sym_x, int64_t sym_out, const void *x, const void *out,
+                   const void *payload, size_t payload_bytes);
 int sc_call_check(sc_comm *c, int peer);
 int sc_call_check_all(sc_comm *c);
 /* A rank that gives up on its current call says so; a rank that finished a call

@@ -26,6 +26,7 @@ static const sc_schedule schedules[SC_NCOLLECTIVES][SC_NALGOS] = {
         [SC_ALGO_SYMMETRIC_TWO_SHOT] = sc_single_copy_two_shot,
         [SC_ALGO_CMA] = sc_single_copy_allreduce,
         [SC_ALGO_CMA_TWO_SHOT] = sc_single_copy_two_shot,
+        [SC_ALGO_DIRECT_INLINE] = sc_inline_allreduce,
     },
     [SC_COLL_REDUCE_SCATTER] = {
         [SC_ALGO_RING] = sc_ring_reduce_scatter,
@@ -33,6 +34,7 @@ static const sc_schedule schedules[SC_NCOLLECTIVES][SC_NALGOS] = {
         [SC_ALGO_RHD_HALVING] = sc_rhd_reduce_scatter,
         [SC_ALGO_SYMMETRIC] = sc_single_copy_reduce_scatter,
         [SC_ALGO_CMA] = sc_single_copy_reduce_scatter,
+        [SC_ALGO_DIRECT_INLINE] = sc_inline_reduce_scatter,
     },
     [SC_COLL_ALLGATHER] = {
         [SC_ALGO_RING] = sc_ring_allgather,
@@ -40,6 +42,7 @@ static const sc_schedule schedules[SC_NCOLLECTIVES][SC_NALGOS] = {
         [SC_ALGO_RHD_DOUBLING] = sc_rhd_allgather,
         [SC_ALGO_SYMMETRIC] = sc_single_copy_allgather,
         [SC_ALGO_CMA] = sc_single_copy_allgather,
+        [SC_ALGO_DIRECT_INLINE] = sc_inline_allgather,
     },
     [SC_COLL_BROADCAST] = {
         [SC_ALGO_RING] = sc_rooted_broadcast,
@@ -47,6 +50,7 @@ static const sc_schedule schedules[SC_NCOLLECTIVES][SC_NALGOS] = {
         [SC_ALGO_TREE] = sc_rooted_broadcast,
         [SC_ALGO_SYMMETRIC] = sc_single_copy_broadcast,
         [SC_ALGO_CMA] = sc_single_copy_broadcast,
+        [SC_ALGO_DIRECT_INLINE] = sc_inline_broadcast,
     },
     [SC_COLL_REDUCE] = {
         [SC_ALGO_RING] = sc_rooted_reduce,
@@ -54,6 +58,7 @@ static const sc_schedule schedules[SC_NCOLLECTIVES][SC_NALGOS] = {
         [SC_ALGO_TREE] = sc_rooted_reduce,
         [SC_ALGO_SYMMETRIC] = sc_single_copy_reduce,
         [SC_ALGO_CMA] = sc_single_copy_reduce,
+        [SC_ALGO_DIRECT_INLINE] = sc_inline_reduce,
     },
     [SC_COLL_GATHER] = {
         [SC_ALGO_DIRECT] = sc_rooted_gather,
@@ -116,9 +121,14 @@ int sc_run(sc_comm *c, const sc_args *a)
         return SC_EINVAL;
     if (sc_is_cma(a->algo) && !c->cma)
         return SC_EINVAL;   /* the job did not agree that every rank may read every other */
+    size_t part = 0;
+    if (a->algo == SC_ALGO_DIRECT_INLINE &&
+        (part = sc_inline_part_bytes(a, k, c->world)) > SC_INLINE_BYTES)
+        return SC_EINVAL;
     sc_call_begin(c, a->collective, (int64_t)a->count, a->dtype, a->op, a->root, a->algo,
                   symmetric ? a->sym_x_id : -1, symmetric ? a->sym_out_id : -1,
-                  sc_is_cma(a->algo) ? a->x : NULL, sc_is_cma(a->algo) ? a->out : NULL);
+                  sc_is_cma(a->algo) ? a->x : NULL, sc_is_cma(a->algo) ? a->out : NULL,
+                  a->x, part);
     if (c->world == 1) {
         run_alone(a, k);
         return SC_OK;

@@ -75,8 +75,13 @@ typedef enum sc_algo {
     SC_ALGO_CMA = 10,          /* single copy of ordinary arrays: peers' buffers read with
                                 * cross-memory attach (process_vm_readv) */
     SC_ALGO_CMA_TWO_SHOT = 11, /* AllReduce: block q reduced by rank q, then read from it */
+    SC_ALGO_DIRECT_INLINE = 12, /* every rank's part carried in its call record (tiny calls) */
     SC_NALGOS
 } sc_algo;
+
+/* The most bytes of x a rank may pass to a SC_ALGO_DIRECT_INLINE call (the whole x of
+ * ReduceScatter; AllGather's row). */
+#define SC_INLINE_BYTES 48
 
 typedef enum sc_op {
     SC_SUM, SC_PROD, SC_MIN, SC_MAX, SC_AVG, SC_BAND, SC_BOR, SC_BXOR, SC_NOPS

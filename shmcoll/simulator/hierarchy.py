@@ -36,7 +36,7 @@ from typing import Callable, Tuple
 
 import numpy as np
 
-from shmcoll.simulator.model import Priced, Step, price_rounds
+from shmcoll.simulator.model import Priced, Step, price_rounds, simulated_variants
 from shmcoll.tuning.algorithms import REGISTRY
 from shmcoll.tuning.algorithms.rounds import Round
 
@@ -116,7 +116,7 @@ def phase_candidates(phase, cluster, placement):
     for name, alg in REGISTRY.items():
         if phase.collective not in alg.COLLECTIVES:
             continue
-        for variant, _, _ in alg.variants(phase.collective, size, 1):
+        for variant in simulated_variants(alg, phase.collective, size):
             rounds = [_on_groups(r, members, fraction, phase.level != "node", k)
                       for k, r in enumerate(alg.rounds(phase.collective, size, variant))]
             out.append(price_rounds(phase.collective, name, variant, rounds, cluster))
@@ -194,7 +194,7 @@ def _flat(collective, cluster, placement):
     for name, alg in REGISTRY.items():
         if collective not in alg.COLLECTIVES:
             continue
-        for variant, _, _ in alg.variants(collective, max(world, 2), 1):
+        for variant in simulated_variants(alg, collective, max(world, 2)):
             rounds = [_on_groups(r, [placement], 1.0, True, k) for k, r in
                       enumerate(alg.rounds(collective, world, variant) if world > 1 else [])]
             out.append(price_rounds(collective, name, variant, rounds, cluster))

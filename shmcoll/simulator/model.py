@@ -16,6 +16,7 @@ import numpy as np
 
 from shmcoll.collectives import bus_factor
 from shmcoll.tuning.algorithms import REGISTRY
+from shmcoll.tuning.algorithms.direct import INLINE
 from shmcoll.tuning.algorithms.rounds import Round, per_rank_totals
 
 
@@ -90,6 +91,12 @@ def price_rounds(collective, algorithm, variant, rounds, cluster):
                   sum(s[2] for s in stages), cluster.gamma * reduced, tuple(steps), tuple(stages))
 
 
+def simulated_variants(alg, collective, world):
+    """The variants of `alg` the simulator prices: all but direct's inline one, whose
+    parts ride in the call records of one node's shared memory, on no link."""
+    return [v for v, _, _ in alg.variants(collective, world, 1) if v != INLINE]
+
+
 def candidates(collective, cluster, order="node-aware", algorithms=None):
     """Every variant of every algorithm implementing `collective` (or of `algorithms`),
     priced: the simulator's cost table, before the argmin.  On several nodes the
@@ -97,7 +104,7 @@ def candidates(collective, cluster, order="node-aware", algorithms=None):
     out = []
     for name, alg in REGISTRY.items():
         if collective in alg.COLLECTIVES and (algorithms is None or name in algorithms):
-            for variant, _, _ in alg.variants(collective, max(cluster.world, 2), 1):
+            for variant in simulated_variants(alg, collective, max(cluster.world, 2)):
                 out.append(price(collective, name, variant, cluster, order))
     if cluster.nodes > 1 and cluster.per_node > 1:
         from shmcoll.simulator import hierarchy

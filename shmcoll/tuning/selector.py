@@ -23,8 +23,8 @@ from typing import Optional
 
 from shmcoll._core.sizes import format_size, parse_size
 from shmcoll.collectives import NAMES as ALL_COLLECTIVES
-from shmcoll.tuning.algorithms import ALL, CROSS_MEMORY, REGISTRY, SINGLE_COPY
-from shmcoll.tuning.algorithms.terms import model_for_collective
+from shmcoll.tuning.algorithms import ALL, CROSS_MEMORY, REGISTRY, SINGLE_COPY, direct
+from shmcoll.tuning.algorithms.terms import Terms, model_for_collective
 
 log = logging.getLogger("shmcoll")
 
@@ -93,6 +93,7 @@ def cost_table(collective, world, nbytes, model=None, variants=None):
         model = model_for(world)[0]
     models, model = model, model_for_collective(model, collective)
     table = {}
+    least_sync, inline = None, None      # (direct's inline variant: below)
     for name in algorithms_for(collective, single_copy=variants is not None,
                                cross_memory=variants is not None):
         if variants is not None and name not in variants:
@@ -111,10 +112,23 @@ def cost_table(collective, world, nbytes, model=None, variants=None):
                     least = alg.least_price(models, collective, terms, variant)
             else:
                 seconds = model.seconds(terms, name)
+                if variant == direct.INLINE:
+                    inline = Candidate(name, variant, code, model.gamma * terms.reduced)
+                    continue
+                sync = model.seconds(Terms(terms.steps, terms.messages), name)
+                least_sync = sync if least_sync is None else min(least_sync, sync)
             if best is None or seconds < best.seconds:
                 best = Candidate(name, variant, code, seconds, least)
         if best is not None:
             table[name] = best
+    if inline is not None:
+        # Every schedule publishes its call and checks every peer's, record by record;
+        # inline does only that, its parts inside the records.  So it costs the least
+        # synchronisation any other schedule of the call pays (its fit's α, o and
+        # setup), plus its reduction: never more than any of them, whatever each fit
+        # put its fixed cost into (an AllGather fit with α = 0 would price a call of no
+        # messages at nothing).
+        table["direct"] = replace(inline, seconds=inline.seconds + (least_sync or 0.0))
     if "cma" in table and "symmetric" in table:
         # x is symmetric, so cma reads it by pointer too and adds only system calls
         # that write peers' buffers: never priced below the pointer schedules (P=2-4,
@@ -141,6 +155,17 @@ class Decision:
     table: dict
 
 
+def _cheapest(table):
+    """The argmin; inline where it ties (it prices at another schedule's
+    synchronisation, of which it does a part: cost_table)."""
+    best = min(table.values(), key=lambda c: c.seconds)
+    inline = table.get("direct")
+    if inline is not None and inline.variant == direct.INLINE and \
+            inline.seconds <= best.seconds * (1 + 1e-9):
+        return inline
+    return best
+
+
 def decide(collective, world, nbytes, algo=None, model=None, rules=None, variants=None):
     """What runs: `algo` if given, else the first override rule covering nbytes, else
     the cheapest modelled candidate.  The table is kept for the debug log.  With
@@ -154,7 +179,7 @@ def decide(collective, world, nbytes, algo=None, model=None, rules=None, variant
         if algo not in table:
             algo = None
     if algo is None:
-        return Decision(min(table.values(), key=lambda c: c.seconds), "cost model", table)
+        return Decision(_cheapest(table), "cost model", table)
     _check_algo(collective, algo)
     if algo not in table and algo in CROSS_MEMORY:
         raise ValueError(f"algorithm {algo!r} needs every rank to read every other's memory "

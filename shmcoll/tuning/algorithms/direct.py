@@ -10,8 +10,12 @@ shared-memory-native way (one synchronisation instead of a chain of them).
   Broadcast, Reduce, Gather, Scatter   a star around the root
 What goes to every peer (one-shot's vector, AllGather's block, two-shot's reduced
 block, Broadcast's chunk) is written once and read by each peer where it lies
-(fan-out, sc_put_all).
-C: csrc/sc_direct.c, csrc/sc_alltoall.c, csrc/sc_rooted.c (star).  n as in
+(fan-out, sc_put_all).  Inline (AllReduce, ReduceScatter, AllGather, Broadcast,
+Reduce): where every rank's part is at most INLINE_BYTES, it rides in the call record
+each rank publishes and every peer checks anyway (csrc/sc_inline.c): the call is that
+one exchange.  It is priced in the selector's cost table, at the least synchronisation
+any other schedule of the call pays plus its reduction (tuning.selector.cost_table).
+C: csrc/sc_direct.c, csrc/sc_alltoall.c, csrc/sc_rooted.c (star), csrc/sc_inline.c.  n as in
 shmcoll.collectives:
 
     allreduce one-shot   α +  (P-1)·o +        nP·β +  n(P-1)·γ
@@ -25,13 +29,16 @@ shmcoll.collectives:
 (β per byte copied by the busiest rank: what it sends plus what it receives; at
 P = 2 fan-out changes nothing.)
 """
-from shmcoll._engine import SCHEDULE_CODES
+from shmcoll._engine import INLINE_BYTES, SCHEDULE_CODES
 from shmcoll.tuning.algorithms.rounds import all_pairs_round, star_round
 from shmcoll.tuning.algorithms.terms import Terms
 
 NAME = "direct"
 CODE = SCHEDULE_CODES["direct"]
 CODE_TWO_SHOT = SCHEDULE_CODES["direct_two_shot"]
+CODE_INLINE = SCHEDULE_CODES["direct_inline"]
+INLINE = "inline"
+INLINE_COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce")
 DESCRIPTION = "one step, every peer at once: one-shot/two-shot AllReduce, star rooted ops"
 COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "gather",
                "scatter", "alltoall")
@@ -40,9 +47,11 @@ COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce"
 def variants(collective, world, nbytes):
     p, n = world, float(nbytes)
     share = n * (p - 1) / p
+    found = _inline(collective, world, nbytes)
     if collective == "allreduce":
         return [("one-shot", CODE, Terms(1, p - 1, n * p, n * (p - 1))),
-                ("two-shot", CODE_TWO_SHOT, Terms(2, 2 * (p - 1), n * (3 * p - 2) / p, share))]
+                ("two-shot", CODE_TWO_SHOT, Terms(2, 2 * (p - 1), n * (3 * p - 2) / p, share))
+                ] + found
     terms = {
         "reduce_scatter": Terms(1, p - 1, 2 * share, share),
         "allgather": Terms(1, p - 1, n, 0),
@@ -55,7 +64,28 @@ def variants(collective, world, nbytes):
     if collective not in terms:
         raise ValueError(f"direct does not implement {collective}")
     star = collective in ("broadcast", "reduce", "gather", "scatter")
-    return [("star" if star else NAME, CODE, terms[collective])]
+    return [("star" if star else NAME, CODE, terms[collective])] + found
+
+
+def part_bytes(collective, world, nbytes):
+    """The bytes of x a rank publishes in an inline call priced at `nbytes` (None:
+    the collective has no inline schedule)."""
+    if collective not in INLINE_COLLECTIVES:
+        return None
+    return nbytes // world if collective == "allgather" else nbytes
+
+
+def _inline(collective, world, nbytes):
+    """The inline variant where every rank's part fits in its call record: the call
+    is the exchange of records every call makes, so it pays α and no message; the
+    busiest rank reads every peer's part, and reduces them as one-shot does."""
+    part = part_bytes(collective, world, nbytes)
+    if part is None or part > INLINE_BYTES:
+        return []
+    p, n = world, float(nbytes)
+    reduced = {"allreduce": n * (p - 1), "reduce": n * (p - 1),
+               "reduce_scatter": n * (p - 1) / p}.get(collective, 0.0)
+    return [(INLINE, CODE_INLINE, Terms(1, 0, part * p, reduced))]
 
 
 def rounds(collective, world, variant=None):
