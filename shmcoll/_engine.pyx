@@ -1460,9 +1460,9 @@ SCHEDULE_CODES = {"ring": SC_ALGO_RING, "direct": SC_ALGO_DIRECT,
                   "symmetric_two_shot": SC_ALGO_SYMMETRIC_TWO_SHOT,
                   "cma": SC_ALGO_CMA, "cma_two_shot": SC_ALGO_CMA_TWO_SHOT,
                   "direct_inline": SC_ALGO_DIRECT_INLINE}
-# Symmetric decisions by where out lies (Engine._symmetric_choice).
 # The most bytes of x an inline call carries in its call record (algorithms.direct).
 INLINE_BYTES = SC_INLINE_BYTES
+# Symmetric decisions by where out lies (Engine._symmetric_choice).
 SYMMETRIC_OUT_CASES = {"plain": SYM_OUT_PLAIN, "symmetric": SYM_OUT_SYMMETRIC,
                        "in place": SYM_IN_PLACE}
 assert len(COLLECTIVE_CODES) == SC_NCOLLECTIVES - 1 and len(SCHEDULE_CODES) == SC_NALGOS

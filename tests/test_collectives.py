@@ -254,14 +254,15 @@ def inline_boundary_cases(P):
     for coll in INLINE_COLLECTIVES:
         for dt in ("uint8", "float16", "float32", "float64"):
             isz = dtype_of(dt).itemsize
-            fits = INLINE_LIMIT // isz // (P if coll == "reduce_scatter" else 1)
+            rows = P if coll in ("reduce_scatter", "scatter", "alltoall") else 1
+            fits = INLINE_LIMIT // isz // rows
             for count, inline in ((fits, True), (fits + 1, False)):
                 shape = (count * P,) if coll == "reduce_scatter" else (count,)
                 for op in (ops_for(dt) if coll in REDUCING else ["sum"]):
                     for inplace in (False, True):
                         for algo in (None, "direct"):
                             cases.append((coll, shape, dt, op, inplace, algo, 0, P - 1))
-                priced = count * isz * (P if coll in ("reduce_scatter", "allgather") else 1)
+                priced = count * isz * (1 if coll in ("allreduce", "broadcast", "reduce") else P)
                 sizes.append((coll, priced, inline))
     return cases, sizes
 

@@ -8,6 +8,7 @@ import pytest
 
 import shmcoll
 from shmcoll.collectives import NAMES, ROOTED
+from shmcoll.tuning.algorithms.direct import INLINE_COLLECTIVES
 from shmcoll.tuning.selector import algorithms_for
 from workers import call_sequences, mismatched_calls, typed_broadcasts
 
@@ -66,7 +67,7 @@ def inline_cases(world=4):
     too big for the records, which runs through the channels (that rank waits for data
     its peers never send: their check of its record must stop it)."""
     cases = []
-    for kind in ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce"):
+    for kind in INLINE_COLLECTIVES:
         base = spec(kind, 3)
         cases += [(f"inline-{kind}-count", "count", odd_last(base, spec(kind, 2), world)),
                   (f"inline-{kind}-dtype", "dtype", odd_last(base, spec(kind, 3, "int32"), world))]

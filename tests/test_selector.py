@@ -138,7 +138,7 @@ def test_calls_that_fit_the_call_records_run_inline(P):
     fits in its record, whatever each collective's fit put its fixed costs into."""
     model = calibration.model_for(P)[0]
     for coll in direct.INLINE_COLLECTIVES:
-        per_rank = P if coll == "allgather" else 1
+        per_rank = P if coll in ("allgather", "gather") else 1
         for part in (0, 8, _engine.INLINE_BYTES):
             decision = selector.decide(coll, P, part * per_rank, model=model)
             assert decision.candidate.label == "direct (inline)", (coll, part, decision)

@@ -21,9 +21,14 @@
 size_t sc_inline_part_bytes(const sc_args *a, const sc_kernels *k, int world)
 {
     size_t bytes = k ? a->count * k->itemsize : a->count;
-    if (a->collective == SC_COLL_REDUCE_SCATTER)
-        return bytes * (size_t)world;    /* the whole x: each peer reduces its block */
-    return bytes;                        /* x (AllGather: this rank's row) */
+    switch (a->collective) {
+    case SC_COLL_REDUCE_SCATTER:    /* the whole x: each rank reduces its block of it */
+    case SC_COLL_SCATTER:           /* the root's rows */
+    case SC_COLL_ALLTOALL:          /* a row for every rank */
+        return bytes * (size_t)world;
+    default:                        /* x (AllGather, Gather: this rank's row) */
+        return bytes;
+    }
 }
 
 /* Every peer's call checked, its part copied into c->parts (and ours beside them). */
@@ -88,5 +93,33 @@ int sc_inline_allgather(sc_comm *c, const sc_args *a, const sc_kernels *k)
     SC_TRY(exchange_parts(c));
     for (int q = 0; q < c->world && a->count; q++)
         memcpy((char *)a->out + (size_t)q * a->count, part_of(c, q), a->count);
+    return SC_OK;
+}
+
+int sc_inline_gather(sc_comm *c, const sc_args *a, const sc_kernels *k)
+{
+    (void)k;
+    SC_TRY(exchange_parts(c));
+    for (int q = 0; q < c->world && a->count && c->rank == a->root; q++)
+        memcpy((char *)a->out + (size_t)q * a->count, part_of(c, q), a->count);
+    return SC_OK;
+}
+
+int sc_inline_scatter(sc_comm *c, const sc_args *a, const sc_kernels *k)
+{
+    (void)k;
+    SC_TRY(exchange_parts(c));
+    if (a->count)
+        memcpy(a->out, part_of(c, a->root) + (size_t)c->rank * a->count, a->count);
+    return SC_OK;
+}
+
+int sc_inline_alltoall(sc_comm *c, const sc_args *a, const sc_kernels *k)
+{
+    (void)k;
+    SC_TRY(exchange_parts(c));
+    for (int q = 0; q < c->world && a->count; q++)
+        memcpy((char *)a->out + (size_t)q * a->count,
+               part_of(c, q) + (size_t)c->rank * a->count, a->count);
     return SC_OK;
 }

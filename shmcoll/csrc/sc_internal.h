@@ -264,6 +264,9 @@ int sc_inline_reduce_scatter(sc_comm *c, const sc_args *a, const struct sc_kerne
 int sc_inline_allgather(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 int sc_inline_broadcast(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 int sc_inline_reduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_inline_gather(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_inline_scatter(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
+int sc_inline_alltoall(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 /* The bytes of x a rank publishes in an inline call (more than SC_INLINE_BYTES: the
  * call cannot run inline). */
 size_t sc_inline_part_bytes(const sc_args *a, const struct sc_kernels *k, int world);

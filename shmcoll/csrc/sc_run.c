@@ -65,14 +65,17 @@ static const sc_schedule schedules[SC_NCOLLECTIVES][SC_NALGOS] = {
         [SC_ALGO_TREE] = sc_rooted_gather,
         [SC_ALGO_SYMMETRIC] = sc_single_copy_gather,
         [SC_ALGO_CMA] = sc_single_copy_gather,
+        [SC_ALGO_DIRECT_INLINE] = sc_inline_gather,
     },
     [SC_COLL_SCATTER] = {
         [SC_ALGO_DIRECT] = sc_rooted_scatter,
         [SC_ALGO_TREE] = sc_rooted_scatter,
+        [SC_ALGO_DIRECT_INLINE] = sc_inline_scatter,
     },
     [SC_COLL_ALLTOALL] = {
         [SC_ALGO_DIRECT] = sc_direct_alltoall,
         [SC_ALGO_BRUCK] = sc_bruck_alltoall,
+        [SC_ALGO_DIRECT_INLINE] = sc_inline_alltoall,
     },
     [SC_COLL_ALLTOALLV] = {
         [SC_ALGO_DIRECT] = sc_direct_alltoallv,
@@ -128,7 +131,7 @@ int sc_run(sc_comm *c, const sc_args *a)
     sc_call_begin(c, a->collective, (int64_t)a->count, a->dtype, a->op, a->root, a->algo,
                   symmetric ? a->sym_x_id : -1, symmetric ? a->sym_out_id : -1,
                   sc_is_cma(a->algo) ? a->x : NULL, sc_is_cma(a->algo) ? a->out : NULL,
-                  a->x, part);
+                  a->x, a->x ? part : 0);     /* (Scatter: no x but the root's) */
     if (c->world == 1) {
         run_alone(a, k);
         return SC_OK;

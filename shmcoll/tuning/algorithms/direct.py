@@ -10,10 +10,9 @@ shared-memory-native way (one synchronisation instead of a chain of them).
   Broadcast, Reduce, Gather, Scatter   a star around the root
 What goes to every peer (one-shot's vector, AllGather's block, two-shot's reduced
 block, Broadcast's chunk) is written once and read by each peer where it lies
-(fan-out, sc_put_all).  Inline (AllReduce, ReduceScatter, AllGather, Broadcast,
-Reduce): where every rank's part is at most INLINE_BYTES, it rides in the call record
-each rank publishes and every peer checks anyway (csrc/sc_inline.c): the call is that
-one exchange.  It is priced in the selector's cost table, at the least synchronisation
+(fan-out, sc_put_all).  Inline (every collective but alltoallv): where every rank's
+part is at most INLINE_BYTES, it rides in the call record each rank publishes and every
+peer checks anyway (csrc/sc_inline.c): the call is that one exchange.  It is priced in the selector's cost table, at the least synchronisation
 any other schedule of the call pays plus its reduction (tuning.selector.cost_table).
 C: csrc/sc_direct.c, csrc/sc_alltoall.c, csrc/sc_rooted.c (star), csrc/sc_inline.c.  n as in
 shmcoll.collectives:
@@ -38,7 +37,8 @@ CODE = SCHEDULE_CODES["direct"]
 CODE_TWO_SHOT = SCHEDULE_CODES["direct_two_shot"]
 CODE_INLINE = SCHEDULE_CODES["direct_inline"]
 INLINE = "inline"
-INLINE_COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce")
+INLINE_COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce",
+                      "gather", "scatter", "alltoall")
 DESCRIPTION = "one step, every peer at once: one-shot/two-shot AllReduce, star rooted ops"
 COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "gather",
                "scatter", "alltoall")
@@ -72,13 +72,14 @@ def part_bytes(collective, world, nbytes):
     the collective has no inline schedule)."""
     if collective not in INLINE_COLLECTIVES:
         return None
-    return nbytes // world if collective == "allgather" else nbytes
+    return nbytes // world if collective in ("allgather", "gather") else nbytes
 
 
 def _inline(collective, world, nbytes):
-    """The inline variant where every rank's part fits in its call record: the call
-    is the exchange of records every call makes, so it pays α and no message; the
-    busiest rank reads every peer's part, and reduces them as one-shot does."""
+    """The inline variant where every rank's part fits in its call record: one step
+    (the exchange of records every call makes) and no message; the busiest rank reads
+    every peer's part and reduces as one-shot does.  The cost table prices it from the
+    other schedules of the call (tuning.selector.cost_table)."""
     part = part_bytes(collective, world, nbytes)
     if part is None or part > INLINE_BYTES:
         return []
