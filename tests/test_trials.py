@@ -95,6 +95,14 @@ def test_calls_on_symmetric_arrays_settle_their_trials_too(pools, P):
         assert any(start > 0 for start, _, _ in results[0].values()), results[0]
 
 
+def test_calls_carried_in_the_records_are_never_tried(pools):
+    """Inline does a part of what every other schedule does: no trial of it (one
+    could only take noise for a difference)."""
+    for per_rank in pools(2).run(tw.inline_untried):
+        for coll, n, left, label in per_rank:
+            assert left == 0 and label == "direct (inline)", (coll, n, left, label)
+
+
 def test_nonblocking_calls_meanwhile_run_the_models_choice(pools):
     for wrong, label in pools(3).run(tw.mixed_with_nonblocking):
         assert wrong == 0 and label

@@ -93,3 +93,19 @@ def symmetric_settle(comm):
         out[coll] = (start, comm.calls_until_settled(coll, n, symmetric="plain"),
                      comm.algorithm_for(coll, n, symmetric="plain"))
     return out
+
+
+def inline_untried(comm):
+    """Calls small enough for the call records: [(collective, bytes, calls until
+    settled, what runs)] after a few blocking calls of each."""
+    P, out = comm.world_size, []
+    for coll in ("allreduce", "allgather", "broadcast"):
+        x = np.ones(2, np.float32)
+        for _ in range(15):
+            if coll == "allgather":
+                comm.allgather(x)
+            else:
+                getattr(comm, coll)(x)
+        n = x.nbytes * (P if coll == "allgather" else 1)
+        out.append((coll, n, comm.calls_until_settled(coll, n), comm.algorithm_for(coll, n)))
+    return out

@@ -9,6 +9,7 @@ from typing import Dict, Optional, Tuple
 
 from shmcoll.collectives import ALL, BY_NAME
 from shmcoll.tuning import selector, trials
+from shmcoll.tuning.algorithms import direct
 
 CACHE_MAX = 4096        # distinct (size, algo) per collective before the cache starts over
 
@@ -106,8 +107,11 @@ class Decider:
 
     def _trial(self, collective, nbytes, algo, decision):
         """The trial of the call's size class, started at its first call; None where
-        none runs (no agreement, a named algorithm or a rule, no close call)."""
-        if self.agree is None or algo not in (None, "auto") or decision.reason != "cost model":
+        none runs (no agreement, a named algorithm or a rule, no close call, or the
+        inline schedule, which does a part of what every other one does: a trial could
+        only mistake noise for a difference)."""
+        if self.agree is None or algo not in (None, "auto") or decision.reason != "cost model" \
+                or decision.candidate.variant == direct.INLINE:
             return None
         key = (collective, trials.size_class(nbytes))
         if key not in self._trials:

@@ -27,7 +27,9 @@ Trials run where every rank has a usable CPU of its own (Communicator: where ran
 outnumber the CPUs a call's time follows the scheduler more than the schedule).
 Trials count blocking calls only (a nonblocking call's time is not the caller's to
 see); nonblocking calls meanwhile run what the model chose.  Named algorithms
-(algo=, SHMCOLL_ALGO) are never tried against.  Calls of one size class may round
+(algo=, SHMCOLL_ALGO) are never tried against, nor is direct's inline schedule where
+the model picks it: it does a part of what every other schedule does
+(algorithms.direct), so a trial could only take noise for a difference.  Calls of one size class may round
 differently while the trial runs (each schedule combines in its own order) and from
 run to run (the winner follows the machine); SHMCOLL_TUNE=off keeps the model's
 choice alone, a pure function of the call.
