@@ -283,6 +283,17 @@ def test_calls_carried_in_the_records_at_their_limit(pools, P):
         assert (label == "direct (inline)") == inline, (coll, n, label)
 
 
+@pytest.mark.parametrize("P", [3, 4])
+def test_calls_carried_in_the_records_with_a_rank_late_now_and_then(P):
+    """Back-to-back inline calls (8-48 B) with a rank late every few calls: a rank
+    one call ahead writes its next record while the late one still reads this one."""
+    import shmcoll
+    from workers import fanned_out_calls
+    for wrong, ran in shmcoll.launch(fanned_out_calls, P, args=((1, 3, 6), 40)):
+        assert wrong == 0
+        assert ran == {"direct (inline)"}, ran
+
+
 def test_nonblocking_calls_carried_in_the_records(pools):
     assert pools(3).run(inline_nonblocking, 40) == [[]] * 3
 

@@ -37,8 +37,8 @@ def kill_rank_1_and_hear_survivors(procs, timeout):
 @pytest.mark.parametrize("algo", ["auto", "direct"])
 @pytest.mark.parametrize("count", [2, 1 << 18, 1 << 24], ids=["8B", "1MiB", "64MiB"])
 def test_survivors_name_the_killed_rank(count, algo):
-    """direct at P=3: one-shot (8 B) and two-shot, whose fanned chunks the killed rank
-    may still hold a credit of."""
+    """direct at P=3: inline (8 B: the parts in the call records) and two-shot, whose
+    fanned chunks the killed rank may still hold a credit of."""
     job = "death-" + secrets.token_hex(4)
     procs = [start(r, 3, job, count, *([algo] if algo != "auto" else [])) for r in range(3)]
     with cleaned_up(procs):

@@ -126,8 +126,8 @@ def cost_table(collective, world, nbytes, model=None, variants=None):
         # inline does only that, its parts inside the records.  So it costs the least
         # synchronisation any other schedule of the call pays (its fit's α, o and
         # setup), plus its reduction: never more than any of them, whatever each fit
-        # put its fixed cost into (an AllGather fit with α = 0 would price a call of no
-        # messages at nothing).
+        # put its fixed cost into (the reference's 3- and 4-rank AllGather fits, whose
+        # α is 0, would price a call of no messages at nothing).
         table["direct"] = replace(inline, seconds=inline.seconds + (least_sync or 0.0))
     if "cma" in table and "symmetric" in table:
         # x is symmetric, so cma reads it by pointer too and adds only system calls
