@@ -89,8 +89,8 @@ cdef extern from "csrc/shmcoll.h" nogil:
         SC_ALGO_RING, SC_ALGO_DIRECT, SC_ALGO_DIRECT_TWO_SHOT, SC_ALGO_TREE,
         SC_ALGO_RHD_DOUBLING, SC_ALGO_RHD_HALVING, SC_ALGO_NAIVE, SC_ALGO_BRUCK,
         SC_ALGO_SYMMETRIC, SC_ALGO_SYMMETRIC_TWO_SHOT, SC_ALGO_CMA, SC_ALGO_CMA_TWO_SHOT,
-        SC_ALGO_DIRECT_INLINE,
-        SC_NALGOS, SC_INLINE_BYTES
+        SC_ALGO_DIRECT_INLINE, SC_ALGO_DIRECT_EAGER,
+        SC_NALGOS, SC_INLINE_BYTES, SC_EAGER_BYTES
     enum:
         SC_ANY_TAG, SC_P2P_SEND, SC_P2P_RECV, SC_WORK_P2P, SC_P2P_FRAME_BYTES
     ctypedef struct sc_p2p_op:
@@ -1459,9 +1459,11 @@ SCHEDULE_CODES = {"ring": SC_ALGO_RING, "direct": SC_ALGO_DIRECT,
                   "symmetric": SC_ALGO_SYMMETRIC,
                   "symmetric_two_shot": SC_ALGO_SYMMETRIC_TWO_SHOT,
                   "cma": SC_ALGO_CMA, "cma_two_shot": SC_ALGO_CMA_TWO_SHOT,
-                  "direct_inline": SC_ALGO_DIRECT_INLINE}
-# The most bytes of x an inline call carries in its call record (algorithms.direct).
+                  "direct_inline": SC_ALGO_DIRECT_INLINE, "direct_eager": SC_ALGO_DIRECT_EAGER}
+# The most bytes of x an inline call carries in its call record, and an eager call in
+# its part buffer beside it (algorithms.direct).
 INLINE_BYTES = SC_INLINE_BYTES
+EAGER_BYTES = SC_EAGER_BYTES
 # Symmetric decisions by where out lies (Engine._symmetric_choice).
 SYMMETRIC_OUT_CASES = {"plain": SYM_OUT_PLAIN, "symmetric": SYM_OUT_SYMMETRIC,
                        "in place": SYM_IN_PLACE}

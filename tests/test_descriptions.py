@@ -10,8 +10,8 @@ from shmcoll.tuning.algorithms import ALL, REGISTRY, SINGLE_COPY, name_of_code
 
 def priced_schedules(world=4, sizes=(8, 4096)):
     """{(collective, engine code)} of every variant the algorithm modules price at
-    some of `sizes` (the single-copy ones included; direct's inline one only where
-    every rank's part fits in its call record)."""
+    some of `sizes` (the single-copy ones included; direct's inline and eager ones
+    only where every rank's part fits in its call record, or in its part buffer)."""
     return {(coll, code) for alg in ALL.values() for coll in alg.COLLECTIVES
             for nbytes in sizes for _, code, _ in alg.variants(coll, world, nbytes)}
 

@@ -8,6 +8,7 @@ import pytest
 
 import shmcoll
 from shmcoll.collectives import NAMES, ROOTED
+from shmcoll._engine import EAGER_BYTES, INLINE_BYTES
 from shmcoll.tuning.algorithms.direct import INLINE_COLLECTIVES
 from shmcoll.tuning.selector import algorithms_for
 from workers import call_sequences, mismatched_calls, typed_broadcasts
@@ -63,9 +64,11 @@ def zero_size_cases(world=4):
 
 def inline_cases(world=4):
     """Calls whose every rank's part rides in its call record (direct's inline
-    schedule), the last rank's differing in each field; and against a call one element
-    too big for the records, which runs through the channels (that rank waits for data
-    its peers never send: their check of its record must stop it)."""
+    schedule), the last rank's differing in each field; against a call one element
+    too big for the records, which runs eager (its part in a buffer beside the record);
+    and an eager call against one too big for that, which runs through the channels
+    (that rank waits for data its peers never send: their check of its record must
+    stop it).  (Eager calls differing in each field: class_matrix's direct cases.)"""
     cases = []
     for kind in INLINE_COLLECTIVES:
         base = spec(kind, 3)
@@ -74,12 +77,12 @@ def inline_cases(world=4):
         if kind in ROOTED:
             cases.append((f"inline-{kind}-root", "root",
                           odd_last(base, spec(kind, 3, root=1), world)))
-    limit = 48 // 4     # float32 elements in a record
-    for kind in ("allreduce", "broadcast", "reduce", "allgather"):
-        cases += [(f"inline-vs-channel-{kind}", "count",
-                   odd_last(spec(kind, limit), spec(kind, limit + 1), world)),
-                  (f"channel-vs-inline-{kind}", "count",
-                   odd_last(spec(kind, limit + 1), spec(kind, limit), world))]
+    for smaller, larger, limit in (("inline", "eager", INLINE_BYTES // 4),
+                                   ("eager", "channel", EAGER_BYTES // 4)):    # (float32)
+        for kind in ("allreduce", "broadcast", "reduce", "allgather"):
+            below, above = spec(kind, limit, algo="direct"), spec(kind, limit + 1, algo="direct")
+            cases += [(f"{smaller}-vs-{larger}-{kind}", "count", odd_last(below, above, world)),
+                      (f"{larger}-vs-{smaller}-{kind}", "count", odd_last(above, below, world))]
     cases.append(("inline-allreduce-vs-allgather", "collective",
                   odd_last(spec("allreduce", 3), spec("allgather", 3), world)))
     return cases

@@ -9,7 +9,7 @@ from shmcoll import _engine
 from shmcoll.tuning import calibration
 from shmcoll.tuning import selector
 from shmcoll.tuning.algorithms import REGISTRY, direct, naive, rhd, ring, tree
-from shmcoll.tuning.algorithms.terms import CostModel, Models, Terms
+from shmcoll.tuning.algorithms.terms import CostModel, Models, Terms, model_for_collective
 
 # α = 1 µs per step, o = 0, β = 1 ns/B, γ = 0.5 ns/B: the textbook formulas.
 M = CostModel(alpha=1e-6, overhead=0.0, beta=1e-9, gamma=0.5e-9)
@@ -85,7 +85,7 @@ def test_setup_is_a_per_call_cost_of_one_algorithm():
 def test_overhead_prices_messages_not_steps():
     one = CostModel(alpha=0, overhead=1e-6, beta=0, gamma=0)
     assert one.seconds(Terms(steps=5, messages=3)) == pytest.approx(3e-6)
-    s = seconds(direct, "allreduce", 4, 4096, one)
+    s = seconds(direct, "allreduce", 4, 1 << 16, one)     # (past eager, which sends none)
     assert s == {"one-shot": pytest.approx(3e-6), "two-shot": pytest.approx(6e-6)}
 
 
@@ -117,9 +117,11 @@ def test_choose_with_hand_made_calibrations():
     assert selector.choose("broadcast", 8, 64, model=latency_bound) == "direct"
     # fanned out, the star moves n through its busiest rank where the chain moves 2n
     assert selector.choose("broadcast", 8, 1 << 26, model=bandwidth_bound) == "direct"
-    # no per-step cost, expensive messages: fewer messages win
+    # no per-step cost, expensive messages: fewer messages win (past eager, which
+    # sends none but is priced at the least synchronisation of the others)
     msg_bound = CostModel(alpha=0, overhead=1e-3, beta=0, gamma=0)
-    assert selector.choose("broadcast", 8, 64, model=msg_bound) == "ring"
+    assert selector.choose("broadcast", 8, 1 << 16, model=msg_bound) == "ring"
+    assert selector.code("broadcast", 8, 64, model=msg_bound) == direct.CODE_EAGER
 
 
 def test_explicit_algo_wins_and_unknown_names_fail():
@@ -148,9 +150,31 @@ def test_calls_that_fit_the_call_records_run_inline(P):
         assert past.table["direct"].variant != "inline"
 
 
+@pytest.mark.parametrize("P", [2, 3, 4, 8])
+def test_eager_calls_are_never_priced_above_the_channel_schedules_they_replace(P):
+    """Eager moves what one-shot or the star moves, with the records' synchronisation
+    alone: `direct` stands for it from one byte past the records up to EAGER_BYTES
+    per rank (AllReduce may take two-shot where it moves fewer bytes), not past that."""
+    model = calibration.model_for(P)[0]
+    for coll in direct.INLINE_COLLECTIVES:
+        per_rank = P if coll in ("allgather", "gather") else 1
+        for part in (_engine.INLINE_BYTES + 1, 4096, _engine.EAGER_BYTES):
+            table = selector.cost_table(coll, P, part * per_rank, model=model)
+            channel = min(model_for_collective(model, coll).seconds(t, "direct")
+                          for v, _, t in direct.variants(coll, P, part * per_rank)
+                          if v not in direct.WITH_THE_RECORDS)
+            assert table["direct"].seconds <= channel * (1 + 1e-9), (coll, part)
+            assert table["direct"].variant == "eager" or \
+                (coll == "allreduce" and table["direct"].variant == "two-shot"), (coll, part)
+        past = selector.cost_table(coll, P, (_engine.EAGER_BYTES + 1) * per_rank, model=model)
+        assert past["direct"].variant not in direct.WITH_THE_RECORDS, coll
+
+
 def test_a_fixed_algorithm_still_picks_its_variant_by_size():
     assert selector.code("allreduce", 4, 8, "direct", model=M) == direct.CODE_INLINE
-    assert selector.code("allreduce", 4, 49, "direct", model=M) == direct.CODE
+    assert selector.code("allreduce", 4, 49, "direct", model=M) == direct.CODE_EAGER
+    assert selector.code("allreduce", 2, _engine.EAGER_BYTES + 1, "direct", model=M) == \
+        direct.CODE_TWO_SHOT     # (it reduces half of one-shot's bytes)
     assert selector.code("allreduce", 4, 64 << 20, "direct", model=M) == direct.CODE_TWO_SHOT
     assert selector.code("allreduce", 8, 8, "rhd", model=M) == rhd.CODE_DOUBLING
     assert selector.code("allreduce", 8, 64 << 20, "rhd", model=M) == rhd.CODE_HALVING

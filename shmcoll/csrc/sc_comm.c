@@ -4,13 +4,14 @@
  *   ranks                    world x sc_rank_block
  *   channels                 2 x world x world x sc_channel   (src * world + dst):
  *                            the collectives' table, then point-to-point's
+ *   eager parts (page aligned)  world x 2 x SC_EAGER_BYTES (sc_eager_part)
  *   slots (page aligned)     2 x world x world x nslots x slot_bytes
  *
  * Point-to-point messages have channels of their own, so a message nobody has
  * received yet never stands in the way of a collective's data, nor the reverse.
  * Slot pages are only touched for the channels an algorithm uses, so the
  * all-pairs table costs address space, not memory.  The file is sized sparsely; the
- * control part is reserved by the creator and each channel's slots by its sender
+ * control part (with the part buffers) is reserved by the creator and each channel's slots by its sender
  * before their first touch (sc_reserve), so a full /dev/shm is an error, not SIGBUS,
  * and the pages are allocated under the writer's memory policy (its NUMA node). */
 #define _GNU_SOURCE
@@ -36,10 +37,15 @@ size_t sc_off_channels(int world)
     return round_up(sc_off_ranks() + (size_t)world * sizeof(sc_rank_block), SC_LINE);
 }
 
-size_t sc_off_slots(int world)
+size_t sc_off_eager(int world)
 {
     return round_up(sc_off_channels(world) + SC_TABLES * (size_t)world * world * sizeof(sc_channel),
                     SC_PAGE);
+}
+
+size_t sc_off_slots(int world)
+{
+    return sc_off_eager(world) + (size_t)world * 2 * SC_EAGER_BYTES;
 }
 
 size_t sc_channel_bytes(uint64_t slot_bytes, uint32_t nslots)
@@ -117,7 +123,7 @@ int sc_format(void *base, size_t size, int world, const sc_params *p, uint64_t t
         p->slot_bytes % 64 != 0 || size < sc_segment_size(world, p))
         return SC_EINVAL;
     sc_header *h = base;
-    memset(base, 0, sc_off_slots(world));
+    memset(base, 0, sc_off_eager(world));  /* (part buffers are read only once written) */
     h->version = SC_LAYOUT_VERSION;
     h->world = (uint32_t)world;
     h->size = size;
@@ -237,6 +243,7 @@ sc_comm *sc_attach(void *base, size_t size, int fd, int rank, int world, uint64_
     c->scratch = scratch;
     c->fan_read = fan_read;
     c->parts = parts;
+    c->eager = (char *)base + sc_off_eager(world);
     for (int k = 0; k < 2; k++)
         c->blame[k] = (sc_blame){ -1, -1, "" };
 

@@ -13,7 +13,7 @@
 #include "shmcoll.h"
 
 #define SC_MAGIC 0x6c6c6f636d687353ULL   /* "Sshmcoll" little-endian */
-#define SC_LAYOUT_VERSION 12u
+#define SC_LAYOUT_VERSION 13u
 #define SC_TABLES 2          /* channel tables: collectives, point-to-point */
 #define SC_LINE 128
 #define SC_PAGE 4096
@@ -192,6 +192,8 @@ struct sc_comm {
     /* Inline calls: every rank's part of the current call, SC_INLINE_BYTES each, copied
      * out of the records as they are checked (own part included). */
     unsigned char *parts;
+    /* Eager calls: every rank's two part buffers (sc_eager_part). */
+    char *eager;
     /* sc_hold: the caller's lock, released before a wait lasts past hold_ns. */
     void (*release)(void *);
     void *release_arg;
@@ -201,7 +203,17 @@ struct sc_comm {
 /* Layout arithmetic shared by the creator and every attacher. */
 size_t sc_off_ranks(void);
 size_t sc_off_channels(int world);
+size_t sc_off_eager(int world);
 size_t sc_off_slots(int world);
+
+/* Rank q's part buffer for call `seq` of an eager call (sc_inline.c): two per rank,
+ * by the call's parity.  A rank writes one in call n+2 at the earliest after a peer
+ * read it in call n: a rank in call n+2 has checked that every peer published call
+ * n+1, which a peer does only once it returned from call n. */
+static inline char *sc_eager_part(const sc_comm *c, int q, uint64_t seq)
+{
+    return c->eager + ((size_t)q * 2 + (seq & 1)) * SC_EAGER_BYTES;
+}
 
 /* Abort the job because `failed_rank` (-1: unknown) failed, unless a reason is set. */
 void sc_abort_failed(sc_header *h, int failed_rank);
@@ -258,7 +270,8 @@ int sc_single_copy_allgather(sc_comm *c, const sc_args *a, const struct sc_kerne
 int sc_single_copy_broadcast(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 int sc_single_copy_reduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 int sc_single_copy_gather(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
-/* Inline schedules (sc_inline.c): every rank's part in its call record. */
+/* Inline and eager schedules (sc_inline.c): every rank's part in its call record, or
+ * in its part buffer (sc_eager_part), published with the record. */
 int sc_inline_allreduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 int sc_inline_reduce_scatter(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 int sc_inline_allgather(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
@@ -267,9 +280,11 @@ int sc_inline_reduce(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 int sc_inline_gather(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 int sc_inline_scatter(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
 int sc_inline_alltoall(sc_comm *c, const sc_args *a, const struct sc_kernels *k);
-/* The bytes of x a rank publishes in an inline call (more than SC_INLINE_BYTES: the
- * call cannot run inline). */
+/* The bytes of x a rank publishes in an inline or eager call (more than
+ * SC_INLINE_BYTES: the call cannot run inline; more than SC_EAGER_BYTES: nor eager). */
 size_t sc_inline_part_bytes(const sc_args *a, const struct sc_kernels *k, int world);
+/* Whether `rank` has a part in the call (Broadcast, Scatter: the root alone). */
+int sc_eager_publishes(const sc_args *a, int rank);
 
 /* Cross-memory attach (sc_cma.c): bytes of rank q's process at `remote` into dst;
  * a failure aborts the job (the peer is gone or unreachable) and names q. */

@@ -27,6 +27,7 @@ static const sc_schedule schedules[SC_NCOLLECTIVES][SC_NALGOS] = {
         [SC_ALGO_CMA] = sc_single_copy_allreduce,
         [SC_ALGO_CMA_TWO_SHOT] = sc_single_copy_two_shot,
         [SC_ALGO_DIRECT_INLINE] = sc_inline_allreduce,
+        [SC_ALGO_DIRECT_EAGER] = sc_inline_allreduce,
     },
     [SC_COLL_REDUCE_SCATTER] = {
         [SC_ALGO_RING] = sc_ring_reduce_scatter,
@@ -35,6 +36,7 @@ static const sc_schedule schedules[SC_NCOLLECTIVES][SC_NALGOS] = {
         [SC_ALGO_SYMMETRIC] = sc_single_copy_reduce_scatter,
         [SC_ALGO_CMA] = sc_single_copy_reduce_scatter,
         [SC_ALGO_DIRECT_INLINE] = sc_inline_reduce_scatter,
+        [SC_ALGO_DIRECT_EAGER] = sc_inline_reduce_scatter,
     },
     [SC_COLL_ALLGATHER] = {
         [SC_ALGO_RING] = sc_ring_allgather,
@@ -43,6 +45,7 @@ static const sc_schedule schedules[SC_NCOLLECTIVES][SC_NALGOS] = {
         [SC_ALGO_SYMMETRIC] = sc_single_copy_allgather,
         [SC_ALGO_CMA] = sc_single_copy_allgather,
         [SC_ALGO_DIRECT_INLINE] = sc_inline_allgather,
+        [SC_ALGO_DIRECT_EAGER] = sc_inline_allgather,
     },
     [SC_COLL_BROADCAST] = {
         [SC_ALGO_RING] = sc_rooted_broadcast,
@@ -51,6 +54,7 @@ static const sc_schedule schedules[SC_NCOLLECTIVES][SC_NALGOS] = {
         [SC_ALGO_SYMMETRIC] = sc_single_copy_broadcast,
         [SC_ALGO_CMA] = sc_single_copy_broadcast,
         [SC_ALGO_DIRECT_INLINE] = sc_inline_broadcast,
+        [SC_ALGO_DIRECT_EAGER] = sc_inline_broadcast,
     },
     [SC_COLL_REDUCE] = {
         [SC_ALGO_RING] = sc_rooted_reduce,
@@ -59,6 +63,7 @@ static const sc_schedule schedules[SC_NCOLLECTIVES][SC_NALGOS] = {
         [SC_ALGO_SYMMETRIC] = sc_single_copy_reduce,
         [SC_ALGO_CMA] = sc_single_copy_reduce,
         [SC_ALGO_DIRECT_INLINE] = sc_inline_reduce,
+        [SC_ALGO_DIRECT_EAGER] = sc_inline_reduce,
     },
     [SC_COLL_GATHER] = {
         [SC_ALGO_DIRECT] = sc_rooted_gather,
@@ -66,16 +71,19 @@ static const sc_schedule schedules[SC_NCOLLECTIVES][SC_NALGOS] = {
         [SC_ALGO_SYMMETRIC] = sc_single_copy_gather,
         [SC_ALGO_CMA] = sc_single_copy_gather,
         [SC_ALGO_DIRECT_INLINE] = sc_inline_gather,
+        [SC_ALGO_DIRECT_EAGER] = sc_inline_gather,
     },
     [SC_COLL_SCATTER] = {
         [SC_ALGO_DIRECT] = sc_rooted_scatter,
         [SC_ALGO_TREE] = sc_rooted_scatter,
         [SC_ALGO_DIRECT_INLINE] = sc_inline_scatter,
+        [SC_ALGO_DIRECT_EAGER] = sc_inline_scatter,
     },
     [SC_COLL_ALLTOALL] = {
         [SC_ALGO_DIRECT] = sc_direct_alltoall,
         [SC_ALGO_BRUCK] = sc_bruck_alltoall,
         [SC_ALGO_DIRECT_INLINE] = sc_inline_alltoall,
+        [SC_ALGO_DIRECT_EAGER] = sc_inline_alltoall,
     },
     [SC_COLL_ALLTOALLV] = {
         [SC_ALGO_DIRECT] = sc_direct_alltoallv,
@@ -124,14 +132,16 @@ int sc_run(sc_comm *c, const sc_args *a)
         return SC_EINVAL;
     if (sc_is_cma(a->algo) && !c->cma)
         return SC_EINVAL;   /* the job did not agree that every rank may read every other */
-    size_t part = 0;
-    if (a->algo == SC_ALGO_DIRECT_INLINE &&
-        (part = sc_inline_part_bytes(a, k, c->world)) > SC_INLINE_BYTES)
+    int inline_ = a->algo == SC_ALGO_DIRECT_INLINE, eager = a->algo == SC_ALGO_DIRECT_EAGER;
+    size_t part = inline_ || eager ? sc_inline_part_bytes(a, k, c->world) : 0;
+    if ((inline_ && part > SC_INLINE_BYTES) || (eager && part > SC_EAGER_BYTES))
         return SC_EINVAL;
+    if (eager && c->world > 1 && part && sc_eager_publishes(a, c->rank))  /* (before the record) */
+        memcpy(sc_eager_part(c, c->rank, c->call_seq + 1), a->x, part);
     sc_call_begin(c, a->collective, (int64_t)a->count, a->dtype, a->op, a->root, a->algo,
                   symmetric ? a->sym_x_id : -1, symmetric ? a->sym_out_id : -1,
                   sc_is_cma(a->algo) ? a->x : NULL, sc_is_cma(a->algo) ? a->out : NULL,
-                  a->x, a->x ? part : 0);     /* (Scatter: no x but the root's) */
+                  a->x, a->x && inline_ ? part : 0);  /* (Scatter: no x but the root's) */
     if (c->world == 1) {
         run_alone(a, k);
         return SC_OK;

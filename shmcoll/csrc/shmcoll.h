@@ -76,12 +76,15 @@ typedef enum sc_algo {
                                 * cross-memory attach (process_vm_readv) */
     SC_ALGO_CMA_TWO_SHOT = 11, /* AllReduce: block q reduced by rank q, then read from it */
     SC_ALGO_DIRECT_INLINE = 12, /* every rank's part carried in its call record (tiny calls) */
+    SC_ALGO_DIRECT_EAGER = 13, /* every rank's part written beside its call record (small calls) */
     SC_NALGOS
 } sc_algo;
 
 /* The most bytes of x a rank may pass to a SC_ALGO_DIRECT_INLINE call (the whole x of
  * ReduceScatter; AllGather's row). */
 #define SC_INLINE_BYTES 48
+/* The most bytes of x a rank may pass to a SC_ALGO_DIRECT_EAGER call (same parts). */
+#define SC_EAGER_BYTES (32 << 10)
 
 typedef enum sc_op {
     SC_SUM, SC_PROD, SC_MIN, SC_MAX, SC_AVG, SC_BAND, SC_BOR, SC_BXOR, SC_NOPS
@@ -101,8 +104,9 @@ typedef struct sc_comm sc_comm;
 
 /* Segment lifecycle.  The creator sizes and formats; every rank maps and attaches. */
 size_t sc_segment_size(int world, const sc_params *p);
-/* Bytes of the segment every job touches whatever it runs: header, rank blocks and
- * channel flags (the creator reserves them before formatting). */
+/* Bytes of the segment every job touches whatever it runs: header, rank blocks,
+ * channel flags and eager calls' part buffers (the creator reserves them before
+ * formatting). */
 size_t sc_control_bytes(int world);
 /* Bytes of one channel's slots (slot_bytes x nslots, whole pages). */
 size_t sc_channel_bytes(uint64_t slot_bytes, uint32_t nslots);

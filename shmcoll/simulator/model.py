@@ -16,7 +16,7 @@ import numpy as np
 
 from shmcoll.collectives import bus_factor
 from shmcoll.tuning.algorithms import REGISTRY
-from shmcoll.tuning.algorithms.direct import INLINE
+from shmcoll.tuning.algorithms.direct import WITH_THE_RECORDS
 from shmcoll.tuning.algorithms.rounds import Round, per_rank_totals
 
 
@@ -92,9 +92,10 @@ def price_rounds(collective, algorithm, variant, rounds, cluster):
 
 
 def simulated_variants(alg, collective, world):
-    """The variants of `alg` the simulator prices: all but direct's inline one, whose
-    parts ride in the call records of one node's shared memory, on no link."""
-    return [v for v, _, _ in alg.variants(collective, world, 1) if v != INLINE]
+    """The variants of `alg` the simulator prices: all but direct's inline and eager
+    ones, whose parts go with the call records of one node's shared memory, on no link
+    (eager is not listed at 1 byte: it is left out by that too)."""
+    return [v for v, _, _ in alg.variants(collective, world, 1) if v not in WITH_THE_RECORDS]
 
 
 def candidates(collective, cluster, order="node-aware", algorithms=None):

@@ -67,7 +67,7 @@ def symmetric_variants(world, out_case, cross_memory=False):
     for coll in ALL_COLLECTIVES:
         names = {}
         for name in algorithms_for(coll, single_copy=True, cross_memory=cross_memory):
-            kinds = tuple(v for v, _, _ in ALL[name].variants(coll, world, 0))
+            kinds = _variant_names(name, coll, world)
             if name in SINGLE_COPY and coll == "allreduce":
                 kinds = tuple(v for v in kinds if v in _SINGLE_COPY_ALLREDUCE[out_case])
             names[name] = kinds
@@ -78,9 +78,16 @@ def symmetric_variants(world, out_case, cross_memory=False):
 def cross_memory_variants(world):
     """{collective: {algorithm: (variant, ...)}} for ordinary arrays on a communicator
     whose ranks reach each other's memory: every channel schedule and cma's."""
-    return {coll: {name: tuple(v for v, _, _ in ALL[name].variants(coll, world, 0))
+    return {coll: {name: _variant_names(name, coll, world)
                    for name in algorithms_for(coll, cross_memory=True)}
             for coll in ALL_COLLECTIVES}
+
+
+def _variant_names(name, collective, world):
+    """The variants `name` has for `collective` at some size: those it lists for an
+    empty call, and direct's eager one, which it lists only above INLINE_BYTES."""
+    names = tuple(v for v, _, _ in ALL[name].variants(collective, world, 0))
+    return names + (direct.EAGER,) if direct.INLINE in names else names
 
 
 def cost_table(collective, world, nbytes, model=None, variants=None):
@@ -93,7 +100,7 @@ def cost_table(collective, world, nbytes, model=None, variants=None):
         model = model_for(world)[0]
     models, model = model, model_for_collective(model, collective)
     table = {}
-    least_sync, inline = None, None      # (direct's inline variant: below)
+    least_sync, with_records = None, None   # (direct's inline or eager variant: below)
     for name in algorithms_for(collective, single_copy=variants is not None,
                                cross_memory=variants is not None):
         if variants is not None and name not in variants:
@@ -112,8 +119,10 @@ def cost_table(collective, world, nbytes, model=None, variants=None):
                     least = alg.least_price(models, collective, terms, variant)
             else:
                 seconds = model.seconds(terms, name)
-                if variant == direct.INLINE:
-                    inline = Candidate(name, variant, code, model.gamma * terms.reduced)
+                if variant in direct.WITH_THE_RECORDS:
+                    copies = model.beta_of(name) * terms.moved if variant == direct.EAGER else 0.0
+                    with_records = Candidate(name, variant, code,
+                                             copies + model.gamma * terms.reduced)
                     continue
                 sync = model.seconds(Terms(terms.steps, terms.messages), name)
                 least_sync = sync if least_sync is None else min(least_sync, sync)
@@ -121,14 +130,18 @@ def cost_table(collective, world, nbytes, model=None, variants=None):
                 best = Candidate(name, variant, code, seconds, least)
         if best is not None:
             table[name] = best
-    if inline is not None:
+    if with_records is not None:
         # Every schedule publishes its call and checks every peer's, record by record;
-        # inline does only that, its parts inside the records.  So it costs the least
-        # synchronisation any other schedule of the call pays (its fit's α, o and
-        # setup), plus its reduction: never more than any of them, whatever each fit
-        # put its fixed cost into (the reference's 3- and 4-rank AllGather fits, whose
-        # α is 0, would price a call of no messages at nothing).
-        table["direct"] = replace(inline, seconds=inline.seconds + (least_sync or 0.0))
+        # inline and eager do only that, their parts with the records.  So they cost
+        # the least synchronisation any other schedule of the call pays (its fit's α,
+        # o and setup), plus their copies (eager: as many as one-shot or the star;
+        # inline: a few bytes, with the records) and reduction: never more than the
+        # schedules they stand for, whatever each fit put its fixed cost into (the
+        # reference's 3- and 4-rank AllGather fits, whose α is 0, would price a call
+        # of no messages at nothing).
+        priced = replace(with_records, seconds=with_records.seconds + (least_sync or 0.0))
+        if "direct" not in table or priced.seconds <= table["direct"].seconds * (1 + 1e-9):
+            table["direct"] = priced    # (ties: they do a part of what the others do)
     if "cma" in table and "symmetric" in table:
         # x is symmetric, so cma reads it by pointer too and adds only system calls
         # that write peers' buffers: never priced below the pointer schedules (P=2-4,
@@ -156,13 +169,13 @@ class Decision:
 
 
 def _cheapest(table):
-    """The argmin; inline where it ties (it prices at another schedule's
+    """The argmin; inline or eager where it ties (it prices at another schedule's
     synchronisation, of which it does a part: cost_table)."""
     best = min(table.values(), key=lambda c: c.seconds)
-    inline = table.get("direct")
-    if inline is not None and inline.variant == direct.INLINE and \
-            inline.seconds <= best.seconds * (1 + 1e-9):
-        return inline
+    with_records = table.get("direct")
+    if with_records is not None and with_records.variant in direct.WITH_THE_RECORDS and \
+            with_records.seconds <= best.seconds * (1 + 1e-9):
+        return with_records
     return best
 
 

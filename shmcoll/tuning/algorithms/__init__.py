@@ -13,13 +13,16 @@ SINGLE_COPY = {symmetric.NAME: symmetric}
 CROSS_MEMORY = {cma.NAME: cma}
 ALL = {**REGISTRY, **SINGLE_COPY, **CROSS_MEMORY}
 
-# (engine code, collective) -> (algorithm, variant), for logs and mismatch reports.
+# (engine code, collective) -> (algorithm, variant), for logs and mismatch reports:
+# the variants of an empty call and of a 4 KiB one (direct's eager one shows only
+# past what the call records carry).
 _VARIANT_OF_CODE = {}
 for _alg in ALL.values():
     for _coll in _alg.COLLECTIVES:
-        for _variant, _code, _ in _alg.variants(_coll, 2, 0):
-            _VARIANT_OF_CODE[_code, _coll] = (_alg.NAME, _variant)
-            _VARIANT_OF_CODE.setdefault((_code, None), (_alg.NAME, _alg.NAME))
+        for _nbytes in (0, 4096):
+            for _variant, _code, _ in _alg.variants(_coll, 2, _nbytes):
+                _VARIANT_OF_CODE[_code, _coll] = (_alg.NAME, _variant)
+                _VARIANT_OF_CODE.setdefault((_code, None), (_alg.NAME, _alg.NAME))
 
 
 def name_of_code(code, collective=None):

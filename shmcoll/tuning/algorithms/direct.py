@@ -10,10 +10,13 @@ shared-memory-native way (one synchronisation instead of a chain of them).
   Broadcast, Reduce, Gather, Scatter   a star around the root
 What goes to every peer (one-shot's vector, AllGather's block, two-shot's reduced
 block, Broadcast's chunk) is written once and read by each peer where it lies
-(fan-out, sc_put_all).  Inline (every collective but alltoallv): where every rank's
-part is at most INLINE_BYTES, it rides in the call record each rank publishes and every
-peer checks anyway (csrc/sc_inline.c): the call is that one exchange.  It is priced in the selector's cost table, at the least synchronisation
-any other schedule of the call pays plus its reduction (tuning.selector.cost_table).
+(fan-out, sc_put_all).  Inline and eager (every collective but alltoallv): where every
+rank's part is at most INLINE_BYTES, it rides in the call record each rank publishes and
+every peer checks anyway; where it is at most EAGER_BYTES, in a part buffer beside the
+record, written before the record and read where it lies (csrc/sc_inline.c).  Either way
+the call is that one exchange of records plus the copies: no channel, no message.  Both
+are priced in the selector's cost table, at the least synchronisation any other schedule
+of the call pays plus their copies and reduction (tuning.selector.cost_table).
 C: csrc/sc_direct.c, csrc/sc_alltoall.c, csrc/sc_rooted.c (star), csrc/sc_inline.c.  n as in
 shmcoll.collectives:
 
@@ -28,7 +31,7 @@ shmcoll.collectives:
 (β per byte copied by the busiest rank: what it sends plus what it receives; at
 P = 2 fan-out changes nothing.)
 """
-from shmcoll._engine import INLINE_BYTES, SCHEDULE_CODES
+from shmcoll._engine import EAGER_BYTES, INLINE_BYTES, SCHEDULE_CODES
 from shmcoll.tuning.algorithms.rounds import all_pairs_round, star_round
 from shmcoll.tuning.algorithms.terms import Terms
 
@@ -36,7 +39,9 @@ NAME = "direct"
 CODE = SCHEDULE_CODES["direct"]
 CODE_TWO_SHOT = SCHEDULE_CODES["direct_two_shot"]
 CODE_INLINE = SCHEDULE_CODES["direct_inline"]
-INLINE = "inline"
+CODE_EAGER = SCHEDULE_CODES["direct_eager"]
+INLINE, EAGER = "inline", "eager"
+WITH_THE_RECORDS = (INLINE, EAGER)   # the variants whose parts go with the call records
 INLINE_COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce",
                       "gather", "scatter", "alltoall")
 DESCRIPTION = "one step, every peer at once: one-shot/two-shot AllReduce, star rooted ops"
@@ -47,11 +52,11 @@ COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce"
 def variants(collective, world, nbytes):
     p, n = world, float(nbytes)
     share = n * (p - 1) / p
-    found = _inline(collective, world, nbytes)
     if collective == "allreduce":
-        return [("one-shot", CODE, Terms(1, p - 1, n * p, n * (p - 1))),
+        one_shot = Terms(1, p - 1, n * p, n * (p - 1))
+        return [("one-shot", CODE, one_shot),
                 ("two-shot", CODE_TWO_SHOT, Terms(2, 2 * (p - 1), n * (3 * p - 2) / p, share))
-                ] + found
+                ] + _with_the_records(collective, world, nbytes, one_shot)
     terms = {
         "reduce_scatter": Terms(1, p - 1, 2 * share, share),
         "allgather": Terms(1, p - 1, n, 0),
@@ -64,29 +69,30 @@ def variants(collective, world, nbytes):
     if collective not in terms:
         raise ValueError(f"direct does not implement {collective}")
     star = collective in ("broadcast", "reduce", "gather", "scatter")
-    return [("star" if star else NAME, CODE, terms[collective])] + found
+    return [("star" if star else NAME, CODE, terms[collective])] + \
+        _with_the_records(collective, world, nbytes, terms[collective])
 
 
 def part_bytes(collective, world, nbytes):
-    """The bytes of x a rank publishes in an inline call priced at `nbytes` (None:
-    the collective has no inline schedule)."""
+    """The bytes of x a rank publishes in an inline or eager call priced at `nbytes`
+    (None: the collective has neither schedule)."""
     if collective not in INLINE_COLLECTIVES:
         return None
     return nbytes // world if collective in ("allgather", "gather") else nbytes
 
 
-def _inline(collective, world, nbytes):
-    """The inline variant where every rank's part fits in its call record: one step
-    (the exchange of records every call makes) and no message; the busiest rank reads
-    every peer's part and reduces as one-shot does.  The cost table prices it from the
-    other schedules of the call (tuning.selector.cost_table)."""
+def _with_the_records(collective, world, nbytes, channel):
+    """The inline or eager variant where every rank's part fits: one step (the
+    exchange of records every call makes) and no message; the copies and reduction of
+    the channel schedule `channel` (a Terms), except inline's, whose parts are copied
+    with the records.  The cost table prices both from the other schedules of the call
+    (tuning.selector.cost_table)."""
     part = part_bytes(collective, world, nbytes)
-    if part is None or part > INLINE_BYTES:
+    if part is None or part > EAGER_BYTES:
         return []
-    p, n = world, float(nbytes)
-    reduced = {"allreduce": n * (p - 1), "reduce": n * (p - 1),
-               "reduce_scatter": n * (p - 1) / p}.get(collective, 0.0)
-    return [(INLINE, CODE_INLINE, Terms(1, 0, part * p, reduced))]
+    if part <= INLINE_BYTES:
+        return [(INLINE, CODE_INLINE, Terms(1, 0, part * world, channel.reduced))]
+    return [(EAGER, CODE_EAGER, Terms(1, 0, channel.moved, channel.reduced))]
 
 
 def rounds(collective, world, variant=None):
