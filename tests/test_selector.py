@@ -170,6 +170,16 @@ def test_eager_calls_are_never_priced_above_the_channel_schedules_they_replace(P
         assert past["direct"].variant not in direct.WITH_THE_RECORDS, coll
 
 
+def test_eager_copies_are_priced_at_the_least_bandwidth_cost_of_the_call():
+    """At P = 2 the chain is the star, and eager is the star with one synchronisation
+    less; the reference fits give the ring a lower β than direct, which priced the
+    chain under eager for Broadcast (in bench/selector_accuracy.py runs on a 2-core EPYC,
+    eager took 0.7-0.95x the chain's time at 256 B-16 KiB)."""
+    model = calibration.model_for(2)[0]
+    for n in (64, 4096, 16384):
+        assert selector.decide("broadcast", 2, n, model=model).candidate.label == "direct (eager)"
+
+
 def test_a_fixed_algorithm_still_picks_its_variant_by_size():
     assert selector.code("allreduce", 4, 8, "direct", model=M) == direct.CODE_INLINE
     assert selector.code("allreduce", 4, 49, "direct", model=M) == direct.CODE_EAGER

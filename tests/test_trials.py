@@ -52,6 +52,16 @@ def test_a_trial_runs_each_candidate_in_turn_and_the_fastest_wins():
     assert t.settle([2.5, 1.5]) == "direct"
 
 
+def test_the_models_choice_stays_unless_another_is_clearly_faster():
+    """Within CHALLENGE of the fastest, the model's choice wins its trial (a trial's
+    cold, alternating calls bring the candidates' times together)."""
+    close = 1 + trials.CHALLENGE * 0.9
+    assert trials.Trial(["direct", "rhd", "ring"], "direct").settle([close, 1.0, 1.5]) == "direct"
+    far = 1 + trials.CHALLENGE * 1.1
+    assert trials.Trial(["direct", "rhd", "ring"], "direct").settle([far, 1.0, 1.5]) == "rhd"
+    assert trials.Trial(["direct", "rhd"]).settle([close, 1.0]) == "rhd"     # no favourite
+
+
 def test_calls_left_count_down_to_the_call_that_settles():
     t = trials.Trial(["ring", "direct", "rhd"])
     total = 3 * trials.BLOCK * trials.PASSES

@@ -116,7 +116,7 @@ class Decider:
         key = (collective, trials.size_class(nbytes))
         if key not in self._trials:
             names = trials.candidates(decision.table, decision.candidate.algorithm)
-            self._trials[key] = trials.Trial(names) if names else None
+            self._trials[key] = trials.Trial(names, decision.candidate.algorithm) if names else None
         return self._trials[key]
 
     def _settle(self, collective, nbytes, trial):

@@ -100,7 +100,7 @@ def cost_table(collective, world, nbytes, model=None, variants=None):
         model = model_for(world)[0]
     models, model = model, model_for_collective(model, collective)
     table = {}
-    least_sync, with_records = None, None   # (direct's inline or eager variant: below)
+    least_sync, least_beta, with_records = None, None, None   # (direct's inline or eager: below)
     for name in algorithms_for(collective, single_copy=variants is not None,
                                cross_memory=variants is not None):
         if variants is not None and name not in variants:
@@ -120,12 +120,12 @@ def cost_table(collective, world, nbytes, model=None, variants=None):
             else:
                 seconds = model.seconds(terms, name)
                 if variant in direct.WITH_THE_RECORDS:
-                    copies = model.beta_of(name) * terms.moved if variant == direct.EAGER else 0.0
-                    with_records = Candidate(name, variant, code,
-                                             copies + model.gamma * terms.reduced)
+                    with_records = (name, variant, code, terms)
                     continue
                 sync = model.seconds(Terms(terms.steps, terms.messages), name)
                 least_sync = sync if least_sync is None else min(least_sync, sync)
+                beta = model.beta_of(name)
+                least_beta = beta if least_beta is None else min(least_beta, beta)
             if best is None or seconds < best.seconds:
                 best = Candidate(name, variant, code, seconds, least)
         if best is not None:
@@ -134,12 +134,18 @@ def cost_table(collective, world, nbytes, model=None, variants=None):
         # Every schedule publishes its call and checks every peer's, record by record;
         # inline and eager do only that, their parts with the records.  So they cost
         # the least synchronisation any other schedule of the call pays (its fit's α,
-        # o and setup), plus their copies (eager: as many as one-shot or the star;
-        # inline: a few bytes, with the records) and reduction: never more than the
-        # schedules they stand for, whatever each fit put its fixed cost into (the
-        # reference's 3- and 4-rank AllGather fits, whose α is 0, would price a call
-        # of no messages at nothing).
-        priced = replace(with_records, seconds=with_records.seconds + (least_sync or 0.0))
+        # o and setup), plus their copies and reduction: never more than the schedules
+        # they stand for, whatever each fit put its fixed cost into (the reference's
+        # 3- and 4-rank AllGather fits, whose α is 0, would price a call of no messages
+        # at nothing).  Eager copies as many bytes as one-shot or the star, each part
+        # in one memcpy, no slot boundary: at the least β of any schedule (a fit's β
+        # per algorithm also holds what its pipelining costs; at P = 2 the chain, which
+        # is the star there, had the lower one, and Broadcast took it over eager).
+        # Inline's few bytes go with the records.
+        name, variant, code, terms = with_records
+        copies = (least_beta or 0.0) * terms.moved if variant == direct.EAGER else 0.0
+        priced = Candidate(name, variant, code,
+                           (least_sync or 0.0) + copies + model.gamma * terms.reduced)
         if "direct" not in table or priced.seconds <= table["direct"].seconds * (1 + 1e-9):
             table["direct"] = priced    # (ties: they do a part of what the others do)
     if "cma" in table and "symmetric" in table:
