@@ -295,7 +295,7 @@ def test_calls_carried_in_the_records_at_their_limit(pools, P, variant):
             assert ran not in ("direct (inline)", "direct (eager)"), (coll, n, ran)
         elif coll == "allreduce" and ran == "direct (two-shot)":
             # (two-shot moves (3P-2)/P^2 of one-shot's bytes, so the model may prefer it
-            # to eager at 32 KiB where P = 4: a choice, not a limit)
+            # to eager at the limit where P = 4: a choice, not a limit)
             assert variant == "eager" and P >= 4, (coll, n, ran)
         else:
             assert ran == label, (coll, n, ran)
@@ -303,12 +303,12 @@ def test_calls_carried_in_the_records_at_their_limit(pools, P, variant):
 
 @pytest.mark.parametrize("P", [3, 4])
 def test_calls_carried_in_the_records_with_a_rank_late_now_and_then(P):
-    """Back-to-back inline (8-48 B) and eager calls (56 B-32 KiB) with a rank late
+    """Back-to-back inline (8-48 B) and eager calls (56 B-16 KiB) with a rank late
     every few calls: a rank one call ahead writes its next record, and its part buffer
     of the other parity, while the late one still reads this call's."""
     import shmcoll
     from workers import fanned_out_calls
-    counts = (1, 3, 6, 7, 33, 1001, EAGER_LIMIT // 16)   # (float64; at 32 KiB, P=4: two-shot)
+    counts = (1, 3, 6, 7, 33, 1001, EAGER_LIMIT // 8)    # (float64)
     for wrong, ran in shmcoll.launch(fanned_out_calls, P, args=(counts, 40)):
         assert wrong == 0
         assert ran == {"direct (inline)", "direct (eager)"}, ran
