@@ -602,7 +602,7 @@ cdef class Engine:
     cdef readonly bint completed_attach
     cdef object _decider
     cdef public str closed_reason
-    cdef dict _codes            # the decider's: collective code -> {size key: schedule}
+    cdef dict _codes            # the decider's: collective code -> {size: schedule, algo: {size: schedule}}
     cdef double _timeout
     cdef size_t _channel_bytes
     cdef uint64_t _message_room # the largest message a channel holds whole (its frame aside)
@@ -864,8 +864,9 @@ cdef class Engine:
         else:
             # the decider's schedule, remembered per (size, algo); a call it makes a
             # trial of (tuning.trials) reports its time to that trial
-            key = nbytes if algo is None else (algo, nbytes)
-            code = (<dict>self._codes[collective]).get(key)
+            code = (<dict>self._codes[collective]).get(nbytes if algo is None else algo)
+            if algo is not None and code is not None:   # (a named algorithm's own sizes)
+                code = (<dict>code).get(nbytes)
             if code is None:
                 code, trial = self._decider.choose(COLLECTIVE_NAMES[collective], nbytes,
                                                    algo, not async_op)

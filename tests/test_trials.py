@@ -123,3 +123,18 @@ def test_no_trial_when_turned_off_or_an_algorithm_is_named(pools, mode):
     for started, models_choice in pools(2).run(tw.untried, mode):
         assert all(t is None or t.calls == 0 for t in started.values()), started
         assert models_choice
+
+
+def test_a_named_algorithm_is_remembered_apart_from_auto():
+    """The engine looks a call's schedule up in Decider.codes: auto's by size, a named
+    algorithm's in a table of its own, so neither takes the other's."""
+    from shmcoll import _engine
+    from shmcoll.tuning import calibration
+    from shmcoll.tuning.decider import Decider
+    d = Decider(2, calibration.model_for(2)[0])
+    auto = d.code("allreduce", 4096, None)
+    ring = d.code("allreduce", 4096, "ring")
+    memo = d.codes[_engine.COLLECTIVE_CODES["allreduce"]]
+    assert ring == _engine.SCHEDULE_CODES["ring"] != auto
+    assert memo[4096] == auto and memo["ring"] == {4096: ring}
+

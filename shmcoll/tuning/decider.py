@@ -11,7 +11,7 @@ from shmcoll.collectives import ALL, BY_NAME
 from shmcoll.tuning import selector, trials
 from shmcoll.tuning.algorithms import direct
 
-CACHE_MAX = 4096        # distinct (size, algo) per collective before the cache starts over
+CACHE_MAX = 4096        # sizes per collective (and per named algorithm) before the cache starts over
 
 
 class Decider:
@@ -32,7 +32,8 @@ class Decider:
         self.variants, self.alone, self.log_rank = variants, alone, log_rank
         self.agree = agree if world > 1 else None
         self._decisions: Dict[Tuple[str, int, Optional[str]], selector.Decision] = {}
-        # engine code -> {nbytes, or (algo, nbytes): schedule code}
+        # engine code -> {nbytes: schedule code, algo: {nbytes: schedule code}} (a named
+        # algorithm's sizes apart: the engine looks a call up without building a key)
         self.codes: Dict[int, dict] = {c.code: {} for c in ALL}
         # (collective, size class) -> its trial, or None where the model has no close call
         self._trials: Dict[Tuple[str, int], Optional[trials.Trial]] = {}
@@ -100,9 +101,11 @@ class Decider:
             decision = self.decide(collective, nbytes, trial.winner)
         code = decision.candidate.code
         memo = self.codes[BY_NAME[collective].code]
+        if algo is not None:
+            memo = memo.setdefault(algo, {})
         if len(memo) >= CACHE_MAX:
             memo.clear()
-        memo[nbytes if algo is None else (algo, nbytes)] = code
+        memo[nbytes] = code
         return code, None
 
     def _trial(self, collective, nbytes, algo, decision):
