@@ -35,10 +35,12 @@ def kill_rank_1_and_hear_survivors(procs, timeout):
 
 
 @pytest.mark.parametrize("algo", ["auto", "direct"])
-@pytest.mark.parametrize("count", [2, 1 << 18, 1 << 24], ids=["8B", "1MiB", "64MiB"])
+@pytest.mark.parametrize("count", [2, 1 << 10, 1 << 18, 1 << 24],
+                         ids=["8B", "4KiB", "1MiB", "64MiB"])
 def test_survivors_name_the_killed_rank(count, algo):
-    """direct at P=3: inline (8 B: the parts in the call records) and two-shot, whose
-    fanned chunks the killed rank may still hold a credit of."""
+    """direct at P=3: inline (8 B: the parts in the call records), eager (4 KiB: in
+    part buffers beside them) and two-shot, whose fanned chunks the killed rank may
+    still hold a credit of."""
     job = "death-" + secrets.token_hex(4)
     procs = [start(r, 3, job, count, *([algo] if algo != "auto" else [])) for r in range(3)]
     with cleaned_up(procs):
@@ -49,7 +51,7 @@ def test_survivors_name_the_killed_rank(count, algo):
 
 @pytest.mark.parametrize("algo", ["auto", "direct"])
 @pytest.mark.parametrize("killed", ["root", "receiver"])
-@pytest.mark.parametrize("count", [2, 1 << 18], ids=["8B", "1MiB"])
+@pytest.mark.parametrize("count", [2, 1 << 10, 1 << 18], ids=["8B", "4KiB", "1MiB"])
 def test_survivors_of_a_broadcast_name_the_killed_rank(count, killed, algo):
     """Broadcast from rank 2 (direct: the star, whose chunks the root writes once into
     its fan-out slots for every peer): killing the root leaves its receivers waiting
