@@ -11,9 +11,10 @@
  * received yet never stands in the way of a collective's data, nor the reverse.
  * Slot pages are only touched for the channels an algorithm uses, so the
  * all-pairs table costs address space, not memory.  The file is sized sparsely; the
- * control part (with the part buffers) is reserved by the creator and each channel's slots by its sender
- * before their first touch (sc_reserve), so a full /dev/shm is an error, not SIGBUS,
- * and the pages are allocated under the writer's memory policy (its NUMA node). */
+ * control part (part buffers included) is reserved by the creator and each channel's
+ * slots by its sender before their first touch (sc_reserve), so a full /dev/shm is an
+ * error, not SIGBUS, and the pages are allocated under the writer's memory policy (its
+ * NUMA node). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>

@@ -17,8 +17,9 @@
  *
  * A reduction combines the parts in rank order 0..P-1, as one-shot AllReduce does
  * (csrc/sc_direct.c), so every rank computes the same bits, and the same bits as a
- * one-shot call.  Own part: this rank's copy (in its record, or its part buffer), so
- * no source aliases out (in place included). */
+ * one-shot call.  Each peer's record is checked when its part is first needed
+ * (part_ready), and a rank's own part is read where no source aliases out, in place
+ * included (own_part). */
 #include <string.h>
 
 #include "sc_internal.h"
@@ -46,7 +47,7 @@ int sc_eager_publishes(const sc_args *a, int rank)
 /* Where this rank reads its own part: inline, its copy beside the peers' in c->parts
  * (theirs are copied there by the checks of their records); eager, x itself where x
  * and out do not overlap (the copy in the part buffer is for the peers: reading x
- * back from there, lines the peers are reading at that moment, cost 5-25% more at
+ * back from there, lines the peers are reading at that moment, cost 7-60% more at
  * P = 2, 4-32 KiB), else that copy, so that no source aliases out. */
 static const char *own_part(sc_comm *c, const sc_args *a, size_t part_bytes, size_t out_bytes)
 {
