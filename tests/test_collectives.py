@@ -336,6 +336,7 @@ def test_calls_with_the_records_reduce_in_chunks_of_the_slots(monkeypatch, P):
 
 def test_nonblocking_calls_carried_in_the_records(pools):
     assert pools(3).run(inline_nonblocking, 40) == [[]] * 3
+    assert pools(3).run(inline_nonblocking, 40, 1000) == [[]] * 3      # eager
 
 
 def test_dtype_of_results_is_preserved(pools):

@@ -48,25 +48,26 @@ def algorithm_labels(comm, calls):
     return [comm.algorithm_for(*call) for call in calls]
 
 
-def inline_nonblocking(comm, n):
-    """n nonblocking AllReduces, AllGathers and Broadcasts of a few bytes (each rank's
-    part in its call record) queued at once, waited in reverse; the wrong results."""
+def inline_nonblocking(comm, n, count=3):
+    """n nonblocking AllReduces, AllGathers and Broadcasts of `count` elements (3: each
+    rank's part in its call record; a thousand: in its part buffers, whose two parities
+    are reused every other call) queued at once, waited in reverse; the wrong results."""
     P, r = comm.world_size, comm.rank
     calls = []
     for i in range(n):
-        x = np.arange(3, dtype=np.int32) + i * (r + 1)
-        b = np.full(2, i if r == i % P else -1, np.float64)
+        x = np.arange(count, dtype=np.int32) + i * (r + 1)
+        b = np.full(count, i if r == i % P else -1, np.float64)
         calls.append((i, comm.allreduce(x, async_op=True), comm.allgather(x, async_op=True),
                       comm.broadcast(b, i % P, async_op=True), b))
     wrong = []
-    rows = lambda i: np.stack([np.arange(3, dtype=np.int32) + i * (q + 1) for q in range(P)])
+    rows = lambda i: np.stack([np.arange(count, dtype=np.int32) + i * (q + 1) for q in range(P)])
     for i, red, gat, bc, b in reversed(calls):
         if not np.array_equal(red.wait(), rows(i).sum(axis=0, dtype=np.int32)):
             wrong.append(("allreduce", i))
         if not np.array_equal(gat.wait(), rows(i)):
             wrong.append(("allgather", i))
         bc.wait()
-        if not np.array_equal(b, np.full(2, i, np.float64)):
+        if not np.array_equal(b, np.full(count, i, np.float64)):
             wrong.append(("broadcast", i))
     return wrong
 

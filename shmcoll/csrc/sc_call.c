@@ -79,15 +79,19 @@ int sc_call_check(sc_comm *c, int peer)
     return SC_OK;
 }
 
-int sc_call_check_all(sc_comm *c)
+int sc_call_check_once(sc_comm *c, int peer)
 {
-    for (int i = 1; i < c->world; i++) {
-        int peer = (c->rank + i) % c->world;
-        if (c->recv[peer].checked == c->call_seq)
-            continue;
+    if (c->recv[peer].checked != c->call_seq) {
         SC_TRY(sc_call_check(c, peer));
         c->recv[peer].checked = c->call_seq;
     }
+    return SC_OK;
+}
+
+int sc_call_check_all(sc_comm *c)
+{
+    for (int i = 1; i < c->world; i++)
+        SC_TRY(sc_call_check_once(c, (c->rank + i) % c->world));
     return SC_OK;
 }
 

@@ -427,10 +427,7 @@ void sc_send_commit(sc_endpoint *e)
 
 int sc_recv_acquire(sc_comm *c, sc_endpoint *e, const void **slot)
 {
-    if (e->checked != c->call_seq) {
-        SC_TRY(sc_call_check(c, e->peer));
-        e->checked = c->call_seq;
-    }
+    SC_TRY(sc_call_check_once(c, e->peer));
     if (e->seen <= e->seq)
         SC_TRY(sc_wait_ge(c, &e->ch->head, e->seq + 1, e->peer, "waiting for data from", &e->seen));
     *slot = e->slots + (e->seq % c->nslots) * c->slot_bytes;

@@ -72,10 +72,7 @@ static int part_ready(sc_comm *c, int q, const char *own, const char **part)
         *part = own;
         return SC_OK;
     }
-    if (c->recv[q].checked != c->call_seq) {
-        SC_TRY(sc_call_check(c, q));
-        c->recv[q].checked = c->call_seq;
-    }
+    SC_TRY(sc_call_check_once(c, q));
     if (c->call.field[SC_FIELD_ALGORITHM] == SC_ALGO_DIRECT_EAGER)
         *part = sc_eager_part(c, q, c->call_seq);
     else
@@ -119,12 +116,17 @@ static int copy_parts(sc_comm *c, const sc_args *a, size_t off, char *out, size_
     int P = c->world;
     size_t out_bytes = root >= 0 ? bytes : bytes * (size_t)P;
     const char *own = own_part(c, a, sc_inline_part_bytes(a, NULL, P), out_bytes), *part;
-    for (int i = 0; i < P && bytes; i++) {
-        int q = root >= 0 ? root : (c->rank + 1 + i) % P;   /* (ourselves last) */
+    if (!bytes)
+        return SC_OK;
+    if (root >= 0) {
+        SC_TRY(part_ready(c, root, own, &part));
+        memcpy(out, part + off, bytes);
+        return SC_OK;
+    }
+    for (int i = 1; i <= P; i++) {      /* (ourselves last) */
+        int q = (c->rank + i) % P;
         SC_TRY(part_ready(c, q, own, &part));
-        memcpy(root >= 0 ? out : out + (size_t)q * bytes, part + off, bytes);
-        if (root >= 0)
-            break;
+        memcpy(out + (size_t)q * bytes, part + off, bytes);
     }
     return SC_OK;
 }

@@ -372,6 +372,8 @@ void sc_call_begin(sc_comm *c, int collective, int64_t count, int dtype, int op,
                    int64_t sym_x, int64_t sym_out, const void *x, const void *out,
                    const void *payload, size_t payload_bytes);
 int sc_call_check(sc_comm *c, int peer);
+/* sc_call_check unless this call was checked against peer's already (recv[peer].checked). */
+int sc_call_check_once(sc_comm *c, int peer);
 int sc_call_check_all(sc_comm *c);
 /* A rank that gives up on its current call says so; a rank that finished a call
  * fails it when some peer gave that call up. */

@@ -23,7 +23,8 @@ from typing import Optional
 
 from shmcoll._core.sizes import format_size, parse_size
 from shmcoll.collectives import NAMES as ALL_COLLECTIVES
-from shmcoll.tuning.algorithms import ALL, CROSS_MEMORY, REGISTRY, SINGLE_COPY, direct
+from shmcoll.tuning.algorithms import (ALL, CROSS_MEMORY, REGISTRY, SINGLE_COPY, direct,
+                                       variants_of)
 from shmcoll.tuning.algorithms.terms import Terms, model_for_collective
 
 log = logging.getLogger("shmcoll")
@@ -67,7 +68,7 @@ def symmetric_variants(world, out_case, cross_memory=False):
     for coll in ALL_COLLECTIVES:
         names = {}
         for name in algorithms_for(coll, single_copy=True, cross_memory=cross_memory):
-            kinds = _variant_names(name, coll, world)
+            kinds = tuple(variants_of(ALL[name], coll, world))
             if name in SINGLE_COPY and coll == "allreduce":
                 kinds = tuple(v for v in kinds if v in _SINGLE_COPY_ALLREDUCE[out_case])
             names[name] = kinds
@@ -78,16 +79,9 @@ def symmetric_variants(world, out_case, cross_memory=False):
 def cross_memory_variants(world):
     """{collective: {algorithm: (variant, ...)}} for ordinary arrays on a communicator
     whose ranks reach each other's memory: every channel schedule and cma's."""
-    return {coll: {name: _variant_names(name, coll, world)
+    return {coll: {name: tuple(variants_of(ALL[name], coll, world))
                    for name in algorithms_for(coll, cross_memory=True)}
             for coll in ALL_COLLECTIVES}
-
-
-def _variant_names(name, collective, world):
-    """The variants `name` has for `collective` at some size: those it lists for an
-    empty call, and direct's eager one, which it lists only above INLINE_BYTES."""
-    names = tuple(v for v, _, _ in ALL[name].variants(collective, world, 0))
-    return names + (direct.EAGER,) if direct.INLINE in names else names
 
 
 def cost_table(collective, world, nbytes, model=None, variants=None):

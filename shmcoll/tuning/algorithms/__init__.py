@@ -13,16 +13,26 @@ SINGLE_COPY = {symmetric.NAME: symmetric}
 CROSS_MEMORY = {cma.NAME: cma}
 ALL = {**REGISTRY, **SINGLE_COPY, **CROSS_MEMORY}
 
-# (engine code, collective) -> (algorithm, variant), for logs and mismatch reports:
-# the variants of an empty call and of a 4 KiB one (direct's eager one shows only
-# past what the call records carry).
+
+
+def variants_of(alg, collective, world):
+    """{variant: engine code} of every variant `alg` has for `collective` at some size:
+    those of an empty call and of a 4 KiB one (direct's eager variant shows only past
+    what the call records carry)."""
+    found = {}
+    for nbytes in (0, 4096):
+        for variant, code, _ in alg.variants(collective, world, nbytes):
+            found.setdefault(variant, code)
+    return found
+
+
+# (engine code, collective) -> (algorithm, variant), for logs and mismatch reports.
 _VARIANT_OF_CODE = {}
 for _alg in ALL.values():
     for _coll in _alg.COLLECTIVES:
-        for _nbytes in (0, 4096):
-            for _variant, _code, _ in _alg.variants(_coll, 2, _nbytes):
-                _VARIANT_OF_CODE[_code, _coll] = (_alg.NAME, _variant)
-                _VARIANT_OF_CODE.setdefault((_code, None), (_alg.NAME, _alg.NAME))
+        for _variant, _code in variants_of(_alg, _coll, 2).items():
+            _VARIANT_OF_CODE[_code, _coll] = (_alg.NAME, _variant)
+            _VARIANT_OF_CODE.setdefault((_code, None), (_alg.NAME, _alg.NAME))
 
 
 def name_of_code(code, collective=None):
